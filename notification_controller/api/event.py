@@ -1,0 +1,220 @@
+"""The event other Flux controllers POST (reference §2, ``fluxcd/pkg/apis/event/v1beta1``).
+
+Decoding is as lenient as Go's ``encoding/json``: field names match case-insensitively, unknown fields
+are ignored, missing fields take zero values. Wrong JSON types (a number for a string, a non-string
+metadata value, a timestamp that is not an RFC 3339 string or ``null``) are rejected. Encoding
+(``to_go_json``) reproduces Go's bytes exactly, field order included.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ..core.clock import rfc3339
+from ..core.gojson import GoStruct, dumps
+
+SEVERITY_INFO = "info"
+SEVERITY_ERROR = "error"
+SEVERITY_TRACE = "trace"
+
+EVENT_ANNOTATION_PREFIX = "event.toolkit.fluxcd.io/"
+
+# Plain metadata keys (reference §2); on the wire they are prefixed with the involved object's API group.
+MD_REVISION = "revision"
+MD_ORIGIN_REVISION = "originRevision"
+MD_CHECKSUM = "checksum"
+MD_DIGEST = "digest"
+MD_TOKEN = "token"
+MD_COMMIT = "commit"
+MD_COMMIT_STATUS = "commit_status"
+MD_COMMIT_STATUS_UPDATE = "update"
+MD_CHANGE_REQUEST = "change_request"
+
+
+class EventDecodeError(ValueError):
+    """The request body is not a Flux event. The message is safe to return to the client."""
+
+
+_OBJ_FIELDS = ("kind", "namespace", "name", "uid", "apiVersion", "resourceVersion", "fieldPath")
+_EVENT_FIELDS = (
+    "involvedObject",
+    "severity",
+    "timestamp",
+    "message",
+    "reason",
+    "metadata",
+    "reportingController",
+    "reportingInstance",
+)
+_OBJ_CANON = {f.lower(): f for f in _OBJ_FIELDS}
+_EVENT_CANON = {f.lower(): f for f in _EVENT_FIELDS}
+
+
+def _canonical_keys(raw: dict[str, Any], canon: dict[str, str]) -> dict[str, Any]:
+    """Go matches JSON keys to struct fields case-insensitively; unknown keys are dropped."""
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        name = canon.get(key.lower()) if isinstance(key, str) else None
+        if name is not None:
+            out[name] = value
+    return out
+
+
+class ObjectReference(BaseModel):
+    """``corev1.ObjectReference`` as found in ``involvedObject``."""
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True, extra="ignore")
+
+    kind: str = ""
+    namespace: str = ""
+    name: str = ""
+    uid: str = ""
+    api_version: str = Field("", alias="apiVersion")
+    resource_version: str = Field("", alias="resourceVersion")
+    field_path: str = Field("", alias="fieldPath")
+
+    @property
+    def group(self) -> str:
+        """API group of the object ("" for the core group or no apiVersion)."""
+        if "/" in self.api_version:
+            return self.api_version.split("/", 1)[0]
+        return ""
+
+    def to_go(self) -> GoStruct:
+        out = GoStruct()
+        for attr, key in (
+            ("kind", "kind"),
+            ("namespace", "namespace"),
+            ("name", "name"),
+            ("uid", "uid"),
+            ("api_version", "apiVersion"),
+            ("resource_version", "resourceVersion"),
+            ("field_path", "fieldPath"),
+        ):
+            value = getattr(self, attr)
+            if value:
+                out[key] = value
+        return out
+
+    def describe(self) -> str:
+        """``<Kind>/<ns>/<name>`` as Flux writes it in messages."""
+        return f"{self.kind}/{self.namespace}/{self.name}"
+
+
+class Event(BaseModel):
+    """A Flux event. Immutable: pipeline stages produce modified copies with ``model_copy``."""
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True, extra="ignore", strict=False)
+
+    involved_object: ObjectReference = Field(default_factory=ObjectReference, alias="involvedObject")
+    severity: str = ""
+    timestamp: datetime | None = None
+    message: str = ""
+    reason: str = ""
+    metadata: dict[str, str] = Field(default_factory=dict)
+    reporting_controller: str = Field("", alias="reportingController")
+    reporting_instance: str = Field("", alias="reportingInstance")
+
+    @field_validator("timestamp", mode="before")
+    @classmethod
+    def _parse_timestamp(cls, value: Any) -> datetime | None:
+        if value is None or isinstance(value, datetime):
+            return value
+        if not isinstance(value, str):
+            raise ValueError("timestamp must be an RFC 3339 string or null")
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError as exc:
+            raise ValueError("timestamp must be an RFC 3339 string or null") from exc
+        if parsed.tzinfo is None:
+            raise ValueError("timestamp must carry a time zone (RFC 3339)")
+        return parsed.astimezone(UTC)
+
+    @field_validator("metadata", mode="before")
+    @classmethod
+    def _metadata_strings(cls, value: Any) -> Any:
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise ValueError("metadata must be an object of strings")
+        for v in value.values():
+            if not isinstance(v, str):
+                raise ValueError("metadata values must be strings")
+        return value
+
+    @classmethod
+    def decode(cls, body: bytes) -> Event:
+        """Decode a request body. Raises ``EventDecodeError`` with a short, client-safe reason."""
+        try:
+            raw = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise EventDecodeError("request body is not valid JSON") from exc
+        return cls.from_raw(raw)
+
+    @classmethod
+    def from_raw(cls, raw: Any) -> Event:
+        if not isinstance(raw, dict):
+            raise EventDecodeError("request body must be a JSON object")
+        data = _canonical_keys(raw, _EVENT_CANON)
+        obj = data.get("involvedObject")
+        if obj is not None:
+            if not isinstance(obj, dict):
+                raise EventDecodeError("involvedObject must be an object")
+            data["involvedObject"] = _canonical_keys(obj, _OBJ_CANON)
+        for key in ("severity", "message", "reason", "reportingController", "reportingInstance"):
+            if key in data and data[key] is None:
+                data.pop(key)  # Go leaves a string field untouched on JSON null
+        try:
+            return cls.model_validate(data, strict=False)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first.get("loc", ()))
+            raise EventDecodeError(
+                f"invalid event field {where}: {first.get('msg', 'invalid value')}"
+            ) from None
+
+    @property
+    def object_group(self) -> str:
+        return self.involved_object.group
+
+    def plain_metadata(self, key: str) -> str | None:
+        """Metadata value of an un-prefixed key after ``combine_metadata`` (e.g. ``revision``)."""
+        return self.metadata.get(key)
+
+    def revision(self) -> str | None:
+        """``GetRevision``: first of ``commit``, ``originRevision``, ``revision`` (plain keys)."""
+        for key in (MD_COMMIT, MD_ORIGIN_REVISION, MD_REVISION):
+            value = self.metadata.get(key)
+            if value:
+                return value
+        return None
+
+    def to_go(self) -> GoStruct:
+        out = GoStruct()
+        out["involvedObject"] = self.involved_object.to_go()
+        out["severity"] = self.severity
+        out["timestamp"] = rfc3339(self.timestamp) if self.timestamp else None
+        out["message"] = self.message
+        out["reason"] = self.reason
+        if self.metadata:
+            out["metadata"] = dict(self.metadata)
+        out["reportingController"] = self.reporting_controller
+        if self.reporting_instance:
+            out["reportingInstance"] = self.reporting_instance
+        return out
+
+    def to_go_json(self) -> bytes:
+        """The exact bytes Go's ``json.Marshal(event)`` produces."""
+        return dumps(self.to_go())
+
+    def as_cel(self) -> dict[str, Any]:
+        """The event as the JSON-like map CEL expressions see (reference §3.9)."""
+        data: dict[str, Any] = dict(self.to_go())
+        data["involvedObject"] = dict(self.involved_object.to_go())
+        data.setdefault("metadata", {})
+        data.setdefault("reportingInstance", "")
+        return data

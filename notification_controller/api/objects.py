@@ -1,0 +1,60 @@
+"""Turn a manifest (a dict from YAML or the API server) into a typed object, with precise errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+from ..errors import ManifestError
+from . import GROUP
+from .alert import Alert
+from .common import Secret
+from .provider import Provider
+from .receiver import Receiver
+
+Object = Alert | Provider | Receiver | Secret
+
+_KINDS: dict[tuple[str, str], type[Alert] | type[Provider] | type[Receiver]] = {
+    (f"{GROUP}/v1beta3", "Alert"): Alert,
+    (f"{GROUP}/v1beta3", "Provider"): Provider,
+    (f"{GROUP}/v1", "Receiver"): Receiver,
+}
+
+
+def supported_kind(raw: dict[str, Any]) -> bool:
+    key = (raw.get("apiVersion"), raw.get("kind"))
+    return key in _KINDS or key == ("v1", "Secret")
+
+
+def parse_object(raw: Any, *, source: str = "", index: int = 0, default_namespace: str = "default") -> Object:
+    """Parse a manifest. Raises ``ManifestError`` naming the source, document index and field."""
+    if not isinstance(raw, dict):
+        raise ManifestError("document is not a mapping", source=source, index=index)
+    api_version, kind = raw.get("apiVersion"), raw.get("kind")
+    metadata = raw.get("metadata")
+    if isinstance(metadata, dict) and not metadata.get("namespace"):
+        raw = {**raw, "metadata": {**metadata, "namespace": default_namespace}}
+    try:
+        if (api_version, kind) == ("v1", "Secret"):
+            return Secret.from_manifest(raw)
+        model = _KINDS.get((str(api_version), str(kind)))
+        if model is None:
+            raise ManifestError(
+                f"unsupported apiVersion/kind {api_version}/{kind}", source=source, index=index, field="kind"
+            )
+        obj = model.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first.get("loc", ()))
+        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        raise ManifestError(
+            first.get("msg", "invalid") + more, source=source, index=index, field=field
+        ) from None
+    except ValueError as exc:
+        raise ManifestError(str(exc), source=source, index=index) from None
+    if isinstance(obj, Provider | Receiver):
+        errors = obj.spec.validation_errors()
+        if errors:
+            raise ManifestError("; ".join(errors), source=source, index=index, field="spec")
+    return obj

@@ -1,0 +1,239 @@
+"""Composition root: builds every component from ``Settings`` and runs them in one TaskGroup.
+
+    store (local | kube informers) ─┬─> event server ──> Dispatcher ──> provider lanes ──> OutboundHTTP
+                                    ├─> receiver server ──> Cluster.annotate
+                                    └─> controllers (leader only) ──> Cluster.patch_status / Events
+    metrics server, health server
+
+Shutdown (SIGTERM/SIGINT): readiness goes false, listeners close (no new work), in-flight deliveries
+get ``--shutdown-grace-period`` to finish, what is left is counted as dropped, exit code 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from . import logsetup
+from .core.clock import SystemClock
+from .core.ratelimit import FixedWindowLimiter
+from .core.redact import Redactor
+from .dispatch.dispatcher import Dispatcher, DispatchSettings
+from .metrics import EventMetrics
+from .providers.http import OutboundHTTP
+from .server.events import create_event_app
+from .server.health import create_health_app
+from .server.metrics import create_metrics_app
+from .settings import Settings
+from .store.base import Change, Cluster, ObjectRef, ObjectStore
+
+log = logging.getLogger(__name__)
+
+
+def split_addr(addr: str) -> tuple[str | None, int]:
+    """``:9090`` → (None, 9090) (all interfaces); ``127.0.0.1:0`` → ('127.0.0.1', 0)."""
+    host, _, port = addr.rpartition(":")
+    host = host.strip("[]")
+    return (host or None), int(port)
+
+
+class ClusterEventSink:
+    """Adapts the ``Cluster`` port to the dispatcher's ``EventSink``."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+
+    async def emit(
+        self,
+        ref: ObjectRef,
+        type_: str,
+        reason: str,
+        message: str,
+        annotations: Mapping[str, str] | None = None,
+    ) -> None:
+        await self.cluster.emit_event(ref, type_, reason, message, annotations)
+
+
+@dataclass
+class App:
+    """The running controller. ``start()`` binds and serves; ``stop()`` drains and closes."""
+
+    settings: Settings
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+    ports: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        s = self.settings
+        self.clock = SystemClock()
+        self.redactor = Redactor()
+        namespaces = None if s.kube.watch_all_namespaces else frozenset({s.kube.runtime_namespace})
+        self.store = ObjectStore(namespaces=namespaces)
+        self.store.subscribe(self._on_change)
+        self.metrics = EventMetrics(self.registry)
+        self.http = OutboundHTTP()
+        self.cluster: Cluster
+        self._feeder: Any = None
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._runners: dict[str, web.AppRunner] = {}
+        self._stopping = False
+        if s.local_mode:
+            from .store.local import LocalCluster, LocalManifests
+
+            assert s.manifests is not None
+            local_cluster = LocalCluster(self.store)
+            self.cluster = local_cluster
+            self._feeder = LocalManifests(
+                s.manifests, self.store, local_cluster, poll_interval=s.manifests_poll_interval
+            )
+        else:
+            from .kube.wiring import KubeRuntime
+
+            self._kube = KubeRuntime(s, self.store, self.registry)
+            self.cluster = self._kube.cluster
+        self.sink = ClusterEventSink(self.cluster)
+        self.limiter = FixedWindowLimiter(s.events.rate_limit_interval, self.clock)
+        self.dispatcher = Dispatcher(
+            self.store,
+            self.cluster,
+            self.http,
+            self.sink,
+            self.metrics,
+            DispatchSettings(
+                no_cross_namespace_refs=s.events.no_cross_namespace_refs,
+                max_pending=s.events.max_pending,
+                provider_concurrency=s.events.provider_concurrency,
+                object_level_workload_identity=s.gate("ObjectLevelWorkloadIdentity"),
+            ),
+            redactor=self.redactor,
+        )
+
+    def _on_change(self, change: Change) -> None:
+        if change.kind == "Secret":
+            self.redactor.update(self.store.secret_values())
+        if change.kind in ("Provider", "Secret"):
+            # Cheap and safe: drop cached notifiers of the Provider (or all, for a Secret change).
+            if change.kind == "Provider":
+                self.dispatcher.invalidate(change.namespace, change.name)
+
+    def ready(self) -> bool:
+        return self.store.synced and not self._stopping
+
+    async def _serve(self, name: str, app: web.Application, addr: str) -> None:
+        runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=5.0)
+        await runner.setup()
+        host, port = split_addr(addr)
+        site = web.TCPSite(runner, host, port, reuse_address=True)
+        await site.start()
+        self._runners[name] = runner
+        server = site._server
+        sockets = getattr(server, "sockets", None) or []
+        self.ports[name] = sockets[0].getsockname()[1] if sockets else port
+        log.info("%s server listening on %s", name, f"{host or '0.0.0.0'}:{self.ports[name]}")
+
+    async def start(self) -> None:
+        s = self.settings
+        await self.http.start()
+        await self._serve("health", create_health_app(self.ready), s.server.health_addr)
+        await self._serve("metrics", create_metrics_app(self.registry), s.server.metrics_addr)
+        if self._feeder is not None:
+            self._feeder.load()
+            self._tasks.append(asyncio.create_task(self._feeder.watch(), name="manifests-watch"))
+        else:
+            self._tasks.extend(await self._kube.start())
+        self.redactor.update(self.store.secret_values())
+        await self._serve(
+            "events",
+            create_event_app(
+                self.dispatcher,
+                self.limiter,
+                self.metrics,
+                ready=self.ready,
+                export_path_metrics=s.server.export_http_path_metrics,
+            ),
+            s.server.events_addr,
+        )
+        receiver_app = self._receiver_app()
+        if receiver_app is not None:
+            await self._serve("receiver", receiver_app, s.server.receiver_addr)
+        self._tasks.extend(self._controllers())
+
+    def _receiver_app(self) -> web.Application | None:
+        try:
+            from .server.receivers import ReceiverServerSettings, create_receiver_app
+        except ImportError:
+            log.warning("receiver server not available in this build")
+            return None
+        s = self.settings
+        return create_receiver_app(
+            self.store,
+            self.cluster,
+            settings=ReceiverServerSettings(
+                no_cross_namespace_refs=s.events.no_cross_namespace_refs,
+                replay_ttl=s.receivers.replay_ttl,
+                rate_limit=s.receivers.rate_limit,
+                rate_burst=s.receivers.rate_burst,
+            ),
+            registry=self.registry,
+            clock=self.clock,
+        )
+
+    def _controllers(self) -> list[asyncio.Task[Any]]:
+        return []
+
+    async def stop(self) -> None:
+        """Graceful shutdown: stop accepting, drain deliveries, close everything."""
+        if self._stopping:
+            return
+        self._stopping = True
+        log.info("shutting down: draining deliveries for up to %gs", self.settings.server.shutdown_grace)
+        for name in ("events", "receiver"):
+            runner = self._runners.pop(name, None)
+            if runner is not None:
+                await runner.cleanup()
+        abandoned = await self.dispatcher.shutdown(self.settings.server.shutdown_grace)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if not self.settings.local_mode:
+            await self._kube.stop()
+        await self.http.close()
+        for runner in self._runners.values():
+            await runner.cleanup()
+        self._runners.clear()
+        log.info("shutdown complete (%d queued notifications abandoned)", abandoned)
+
+    async def serve_forever(self) -> None:
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await self.start()
+        await stop.wait()
+        await self.stop()
+
+
+def run(settings: Settings) -> int:
+    """Run until SIGTERM/SIGINT. Exit code 0 after a graceful shutdown, 1 if a port cannot be bound."""
+    logsetup.configure(settings.log.level, settings.log.encoding, Redactor())
+
+    async def main() -> None:
+        app = App(settings)
+        logsetup.configure(settings.log.level, settings.log.encoding, app.redactor)
+        await app.serve_forever()
+
+    try:
+        asyncio.run(main())
+    except OSError as exc:
+        log.error("cannot start: %s", exc)
+        return 1
+    return 0

@@ -1,0 +1,71 @@
+"""Event metadata: cleanup on ingest (reference §3.2) and combination per Alert (reference §3.6)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ..api.event import EVENT_ANNOTATION_PREFIX, MD_CHECKSUM, MD_DIGEST, MD_TOKEN
+
+SOURCE_ANNOTATIONS = "involved object annotations"
+SOURCE_ALERT_METADATA = "Alert object .spec.eventMetadata"
+SOURCE_ALERT_SUMMARY = "Alert object .spec.summary"
+SOURCE_CONTROLLER = "involved object controller metadata"
+
+
+def cleanup_metadata(metadata: Mapping[str, str], object_group: str) -> dict[str, str]:
+    """Keep ``event.toolkit.fluxcd.io/*`` and ``<group>/*`` keys, minus ``<group>/checksum|digest``."""
+    group_prefix = object_group + "/"
+    dropped = {(group_prefix + MD_CHECKSUM).lower(), (group_prefix + MD_DIGEST).lower()}
+    out: dict[str, str] = {}
+    for key, value in metadata.items():
+        if key.startswith(EVENT_ANNOTATION_PREFIX) or key.startswith(group_prefix):
+            if key.lower() in dropped:
+                continue
+            out[key] = value
+    return out
+
+
+def exclude_internal_metadata(metadata: Mapping[str, str], object_group: str) -> dict[str, str]:
+    """Drop ``<group>/token``: it counts for duplicate detection but is never forwarded (§3.4)."""
+    token_key = f"{object_group}/{MD_TOKEN}"
+    return {k: v for k, v in metadata.items() if k != token_key}
+
+
+@dataclass(frozen=True)
+class CombinedMetadata:
+    metadata: dict[str, str]
+    conflicts: dict[str, list[str]] = field(default_factory=dict)
+
+
+def combine_metadata(
+    metadata: Mapping[str, str],
+    object_group: str,
+    alert_event_metadata: Mapping[str, str] | None,
+    alert_summary: str | None,
+) -> CombinedMetadata:
+    """Precedence low → high: annotations, ``spec.eventMetadata``, ``spec.summary``, controller metadata.
+
+    Returns the prefix-stripped metadata and, for keys set by more than one source, the sources in
+    that order (Flux emits one ``MetadataAppendFailed`` Warning listing them).
+    """
+    sources: dict[str, list[str]] = {}
+    out: dict[str, str] = {}
+
+    def put(key: str, value: str, source: str) -> None:
+        out[key] = value
+        sources.setdefault(key, []).append(source)
+
+    for key, value in metadata.items():
+        if key.startswith(EVENT_ANNOTATION_PREFIX):
+            put(key[len(EVENT_ANNOTATION_PREFIX) :], value, SOURCE_ANNOTATIONS)
+    for key, value in (alert_event_metadata or {}).items():
+        put(key, value, SOURCE_ALERT_METADATA)
+    if alert_summary:
+        put("summary", alert_summary, SOURCE_ALERT_SUMMARY)
+    group_prefix = object_group + "/"
+    for key, value in metadata.items():
+        if key.startswith(group_prefix) and not key.startswith(EVENT_ANNOTATION_PREFIX):
+            put(key[len(group_prefix) :], value, SOURCE_CONTROLLER)
+    conflicts = {k: v for k, v in sources.items() if len(v) > 1}
+    return CombinedMetadata(out, conflicts)

@@ -1,0 +1,113 @@
+"""Duplicate-event detection (reference §3.3): the key formula and a fixed-window limiter.
+
+The limiter reproduces ``sethvargo/go-limiter``'s memory store with one token per window: windows are
+aligned to the moment a key was first seen, idle keys are swept after 2× the interval so memory stays
+bounded whatever the number of distinct events (checklist C5). State lives in the instance, never in a
+global, so tests and multiple servers each own theirs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from ..api.event import MD_ORIGIN_REVISION, MD_REVISION, MD_TOKEN, Event
+from .clock import Clock
+
+
+def event_key(event: Event, metadata: Mapping[str, str] | None = None) -> str:
+    """SHA-256 hex of ``event/name=../namespace=../kind=../message=..[/originRevision=..][/revision=..][/token=..]``.
+
+    ``metadata`` is the cleaned metadata (prefixed keys); defaults to ``event.metadata``.
+    """
+    md = event.metadata if metadata is None else metadata
+    obj = event.involved_object
+    parts = [
+        "event",
+        f"name={obj.name}",
+        f"namespace={obj.namespace}",
+        f"kind={obj.kind}",
+        f"message={event.message}",
+    ]
+    group = obj.group
+    for key in (MD_ORIGIN_REVISION, MD_REVISION, MD_TOKEN):
+        value = md.get(f"{group}/{key}")
+        if value is not None:
+            parts.append(f"{key}={value}")
+    return hashlib.sha256("/".join(parts).encode("utf-8", errors="surrogatepass")).hexdigest()
+
+
+@dataclass(frozen=True)
+class Decision:
+    allowed: bool
+    limit: int
+    remaining: int
+    reset: datetime
+
+    def headers(self) -> dict[str, str]:
+        reset = self.reset.astimezone(UTC).strftime("%a, %d %b %Y %H:%M:%S UTC")
+        out = {
+            "X-RateLimit-Limit": str(self.limit),
+            "X-RateLimit-Remaining": str(self.remaining),
+            "X-RateLimit-Reset": reset,
+        }
+        if not self.allowed:
+            out["Retry-After"] = reset
+        return out
+
+
+class _Bucket:
+    __slots__ = ("last_seen", "start", "taken", "window")
+
+    def __init__(self, start: float) -> None:
+        self.start = start
+        self.window = 0
+        self.taken = 0
+        self.last_seen = start
+
+
+class FixedWindowLimiter:
+    """``tokens`` requests per key per ``interval`` seconds, windows aligned to the key's first request."""
+
+    def __init__(self, interval: float, clock: Clock, tokens: int = 1) -> None:
+        if interval <= 0:
+            raise ValueError("rate limit interval must be positive")
+        self.interval = interval
+        self.tokens = tokens
+        self._clock = clock
+        self._buckets: dict[str, _Bucket] = {}
+        self._next_sweep = clock.monotonic() + interval
+
+    def __len__(self) -> int:
+        return len(self._buckets)
+
+    def take(self, key: str) -> Decision:
+        mono = self._clock.monotonic()
+        if mono >= self._next_sweep:
+            self.sweep(mono)
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            bucket = self._buckets[key] = _Bucket(mono)
+        window = int((mono - bucket.start) // self.interval)
+        if window != bucket.window:
+            bucket.window = window
+            bucket.taken = 0
+        bucket.last_seen = mono
+        reset_in = bucket.start + (window + 1) * self.interval - mono
+        reset = self._clock.now() + timedelta(seconds=reset_in)
+        if bucket.taken < self.tokens:
+            bucket.taken += 1
+            return Decision(True, self.tokens, self.tokens - bucket.taken, reset)
+        return Decision(False, self.tokens, 0, reset)
+
+    def sweep(self, mono: float | None = None) -> int:
+        """Forget keys idle for more than 2× the interval. Returns how many were removed."""
+        now = self._clock.monotonic() if mono is None else mono
+        ttl = 2 * self.interval
+        stale = [k for k, b in self._buckets.items() if now - b.last_seen > ttl]
+        for key in stale:
+            del self._buckets[key]
+        self._next_sweep = now + self.interval
+        return len(stale)

@@ -1,0 +1,116 @@
+"""The exception tree of the controller.
+
+Library exceptions (aiohttp, kubernetes_asyncio, pydantic, yaml) never leave the adapter that called
+the library: they are wrapped in one of these, with the cause chained (``raise X from exc``).
+Messages are safe to log: they never contain a secret value (see ``core.redact``).
+
+    ControllerError
+    ├── ConfigError                  a manifest or flag is invalid (user must fix; never retried)
+    │   ├── ManifestError            a YAML document could not be turned into an object
+    │   └── ProviderConfigError      a Provider + Secret cannot produce a working notifier
+    ├── ReferenceError_              something an object points at does not exist (Secret, Provider)
+    ├── DeliveryError                sending a notification failed
+    │   ├── RetryableDeliveryError   the attempt may succeed later (5xx, 429, connection error)
+    │   └── PermanentDeliveryError   retrying will not help (4xx, TLS verification, redirect refused)
+    ├── VerificationError            a webhook request failed authentication/validation (→ 400/401)
+    ├── KubeError                    a Kubernetes API call failed (wrapped ApiException)
+    └── HookError                    a user hook failed (see docs/hooks.md)
+"""
+
+from __future__ import annotations
+
+
+class ControllerError(Exception):
+    """Base of every error raised by this package."""
+
+
+class ConfigError(ControllerError):
+    """Invalid configuration: the user must change a manifest or a flag."""
+
+    def __init__(self, message: str, *, reason: str = "ValidationFailed") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class ManifestError(ConfigError):
+    """A document of a manifests directory could not be loaded."""
+
+    def __init__(self, message: str, *, source: str = "", index: int = 0, field: str = "") -> None:
+        where = source + (f"[{index}]" if source else "")
+        prefix = f"{where}: " if where else ""
+        if field:
+            prefix += f"{field}: "
+        super().__init__(prefix + message, reason="ValidationFailed")
+        self.source = source
+        self.index = index
+        self.field = field
+
+
+class ProviderConfigError(ConfigError):
+    """A Provider (with its Secret) cannot be turned into a notifier."""
+
+
+class ObjectReferenceError(ControllerError):
+    """An object referenced by another one is missing or unreadable."""
+
+    def __init__(self, message: str, *, reason: str = "ReferenceNotFound") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class DeliveryError(ControllerError):
+    """Sending a notification failed. ``reason`` is a short, low-cardinality metric label."""
+
+    def __init__(self, message: str, *, reason: str = "error") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class RetryableDeliveryError(DeliveryError):
+    """A delivery attempt failed in a way that may succeed later."""
+
+    def __init__(self, message: str, *, reason: str = "error", retry_after: float | None = None) -> None:
+        super().__init__(message, reason=reason)
+        self.retry_after = retry_after
+
+
+class PermanentDeliveryError(DeliveryError):
+    """A delivery attempt failed in a way that retrying cannot fix."""
+
+
+class VerificationError(ControllerError):
+    """A webhook request did not pass its receiver's checks. ``status`` is the HTTP answer."""
+
+    def __init__(self, message: str, *, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class KubeError(ControllerError):
+    """A Kubernetes API call failed. ``status`` is the HTTP status (0 when no answer)."""
+
+    def __init__(self, message: str, *, status: int = 0, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retry_after = retry_after
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+    @property
+    def gone(self) -> bool:
+        return self.status == 410
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409
+
+
+class HookError(ControllerError):
+    """A hook answered with an error, timed out, or could not be reached."""
+
+    def __init__(self, message: str, *, permanent: bool = False, proceed: bool = False) -> None:
+        super().__init__(message)
+        self.permanent = permanent
+        self.proceed = proceed

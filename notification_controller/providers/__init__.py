@@ -1,0 +1,6 @@
+"""Provider types: one module per type behind an explicit registry (``registry.py``).
+
+Each module has the same shape: a class registered with ``@register`` whose constructor validates
+``ProviderOptions`` (built from spec + Secret by ``options.resolve_options``), a pure ``build_request``
+(or ``build_payload``) and, only where needed, a custom ``post``. All HTTP goes through ``http.OutboundHTTP``.
+"""

@@ -1,0 +1,153 @@
+"""The provider contract: options, requests, the notifier protocol and the HTTP notifier base."""
+
+from __future__ import annotations
+
+import abc
+import ssl
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+from ..api.alert import Alert
+from ..api.event import Event
+from ..api.provider import Provider, ProviderType
+from ..core.redact import SecretValue
+
+if TYPE_CHECKING:
+    from .http import OutboundHTTP
+
+
+@dataclass(frozen=True)
+class ProviderOptions:
+    """Everything a notifier needs, resolved from the Provider spec and its Secrets (reference §3.8).
+
+    Secret material is held as ``SecretValue``; ``secret_data`` is the whole ``secretRef`` Secret
+    (GitHub App keys, NATS creds...). ``masks`` lists values to hide in every error text.
+    """
+
+    type: ProviderType
+    name: str
+    namespace: str
+    uid: str = ""
+    address: str = ""
+    channel: str = ""
+    username: str = ""
+    token: SecretValue | None = None
+    password: SecretValue | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    proxy: SecretValue | None = None
+    tls: ssl.SSLContext | None = None
+    timeout: float = 15.0
+    commit_status: str = ""
+    secret_data: Mapping[str, bytes] = field(default_factory=dict)
+    provider: Provider | None = None
+
+    @property
+    def token_text(self) -> str:
+        return self.token.reveal() if self.token else ""
+
+    @property
+    def password_text(self) -> str:
+        return self.password.reveal() if self.password else ""
+
+    def masks(self) -> list[str]:
+        """Values that must never appear in an error, log line or Event."""
+        out = [v.reveal().strip() for v in (self.token, self.password, self.proxy) if v]
+        out.extend(v for v in self.headers.values() if len(v) >= 4)
+        for key, raw in self.secret_data.items():
+            if key in ("username",):
+                continue
+            text = raw.decode("utf-8", errors="replace").strip()
+            if len(text) >= 4:
+                out.append(text)
+        return [m for m in out if m]
+
+
+@dataclass(frozen=True)
+class OutboundRequest:
+    method: str
+    url: str
+    headers: Mapping[str, str] = field(default_factory=dict)
+    body: bytes = b""
+    basic_auth: tuple[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class OutboundResponse:
+    status: int
+    headers: Mapping[str, str]
+    body: bytes  # capped at the client's body limit
+
+    def text(self) -> str:
+        return self.body.decode("utf-8", errors="replace")
+
+
+@dataclass(frozen=True)
+class DeliveryContext:
+    """Per-delivery context handed to ``post``: the outbound path and the Alert that matched."""
+
+    http: OutboundHTTP
+    alert: Alert | None = None
+    tokens: Any = None  # a providers.tokens.TokenCache owned by the dispatcher (GitHub App, cloud tokens)
+
+
+class Notifier(Protocol):
+    type: ClassVar[ProviderType]
+
+    async def post(self, event: Event, ctx: DeliveryContext) -> None:
+        """Deliver one event. Raises ``DeliveryError`` (secrets already masked) on failure."""
+        ...
+
+
+class HTTPNotifier(abc.ABC):
+    """Base for providers that send one HTTP request per event through ``OutboundHTTP``.
+
+    Subclasses implement ``build_request`` (pure) and may override ``check_response`` (e.g. Slack's
+    ``{"ok": true}``) or ``should_send`` (e.g. skip ``Progressing`` events).
+    """
+
+    type: ClassVar[ProviderType]
+    uses_proxy: ClassVar[bool] = True
+    uses_tls: ClassVar[bool] = True
+
+    def __init__(self, opts: ProviderOptions) -> None:
+        self.opts = opts
+
+    def should_send(self, event: Event) -> bool:
+        return True
+
+    @abc.abstractmethod
+    def build_request(self, event: Event) -> OutboundRequest:
+        """The exact request for ``event`` (pure: no I/O)."""
+
+    def check_response(self, response: OutboundResponse) -> None:
+        """Raise ``PermanentDeliveryError`` if a 2xx answer still means failure."""
+
+    async def post(self, event: Event, ctx: DeliveryContext) -> None:
+        if not self.should_send(event):
+            return
+        await ctx.http.send(
+            self.build_request(event),
+            timeout=self.opts.timeout,
+            proxy=self.opts.proxy.reveal() if (self.opts.proxy and self.uses_proxy) else None,
+            tls=self.opts.tls if self.uses_tls else None,
+            masks=self.opts.masks(),
+            check=self.check_response,
+        )
+
+
+def json_headers(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    headers = {"Content-Type": "application/json"}
+    if extra:
+        headers.update(extra)
+    return headers
+
+
+def obj_name(event: Event) -> str:
+    """``lower(kind)/name.namespace`` — how chat providers title an event (reference §4.0)."""
+    obj = event.involved_object
+    return f"{obj.kind.lower()}/{obj.name}.{obj.namespace}"
+
+
+def first_line(text: str) -> str:
+    return text.split("\n", 1)[0]

@@ -1,0 +1,1 @@
+"""Chat, incident and observability providers: one import line per module, sorted."""

@@ -1,0 +1,59 @@
+"""``generic`` and ``generic-hmac``: the event JSON as Flux sends it (reference §4.1).
+
+``generic-hmac`` adds ``X-Signature: sha256=<hex HMAC-SHA256(token, body)>`` over the exact bytes sent,
+so receivers (including our own ``generic-hmac`` receiver) can verify it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from typing import ClassVar
+
+from ..api.event import Event
+from ..api.provider import ProviderType
+from ..errors import ProviderConfigError
+from .base import HTTPNotifier, OutboundRequest, ProviderOptions
+from .registry import register
+from .validation import require_url
+
+
+def generic_headers(event: Event, opts: ProviderOptions) -> dict[str, str]:
+    headers = {"Content-Type": "application/json", "gotk-component": event.reporting_controller}
+    headers.update(opts.headers)
+    return headers
+
+
+@register
+class GenericNotifier(HTTPNotifier):
+    type: ClassVar[ProviderType] = ProviderType.GENERIC
+
+    def __init__(self, opts: ProviderOptions) -> None:
+        super().__init__(opts)
+        require_url(opts.address)
+
+    def build_request(self, event: Event) -> OutboundRequest:
+        return OutboundRequest(
+            "POST", self.opts.address, generic_headers(event, self.opts), event.to_go_json()
+        )
+
+
+def hmac_signature(key: bytes, body: bytes) -> str:
+    return "sha256=" + hmac.new(key, body, hashlib.sha256).hexdigest()
+
+
+@register
+class GenericHMACNotifier(HTTPNotifier):
+    type: ClassVar[ProviderType] = ProviderType.GENERIC_HMAC
+
+    def __init__(self, opts: ProviderOptions) -> None:
+        super().__init__(opts)
+        require_url(opts.address)
+        if not opts.token_text:
+            raise ProviderConfigError("HMAC key is empty")
+
+    def build_request(self, event: Event) -> OutboundRequest:
+        body = event.to_go_json()
+        headers = generic_headers(event, self.opts)
+        headers["X-Signature"] = hmac_signature(self.opts.token_text.encode(), body)
+        return OutboundRequest("POST", self.opts.address, headers, body)

@@ -1,0 +1,198 @@
+"""The ONE outbound HTTP path. Providers never create a client or a retry loop of their own.
+
+Owns the pooled ``aiohttp.ClientSession``, the per-delivery time budget (``spec.timeout`` covers all
+attempts, as Flux's context deadline does), proxies, TLS, retries (tenacity, driven by the pure
+``retry`` module: at most 5 attempts, 2 s·2ⁿ capped at 30 s, ``Retry-After`` honoured when it fits in
+the budget), response bodies capped at 64 KiB, and redaction: error texts carry no token, password or
+webhook URL. Redirects are followed only to the same scheme, host and port (Flux follows any; an
+authenticated request must never be replayed to another host, checklist E7).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from urllib.parse import urljoin, urlsplit
+
+import aiohttp
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
+
+from ..core.redact import mask_token, redact_url, redact_urls_in
+from ..errors import DeliveryError, PermanentDeliveryError, RetryableDeliveryError
+from .base import OutboundRequest, OutboundResponse
+from .retry import backoff, classify_exception, classify_status
+
+log = logging.getLogger(__name__)
+
+MAX_REDIRECTS = 10
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    max_attempts: int = 5
+    wait_min: float = 2.0
+    wait_max: float = 30.0
+    body_limit: int = 64 * 1024
+
+
+class OutboundHTTP:
+    """Shared outbound client. Create once per process (``start``/``close``), inject everywhere."""
+
+    def __init__(
+        self, policy: RetryPolicy | None = None, *, user_agent: str = "notification-controller"
+    ) -> None:
+        self.policy = policy or RetryPolicy()
+        self._user_agent = user_agent
+        self._session: aiohttp.ClientSession | None = None
+        self.attempts = 0  # total attempts made (observability and tests)
+
+    async def start(self) -> None:
+        if self._session is None:
+            connector = aiohttp.TCPConnector(limit=512, limit_per_host=64, ttl_dns_cache=30)
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
+                headers={"User-Agent": self._user_agent},
+                trust_env=True,
+                auto_decompress=False,
+            )
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            raise RuntimeError("OutboundHTTP.start() was not called")
+        return self._session
+
+    async def send(
+        self,
+        request: OutboundRequest,
+        *,
+        timeout: float,
+        proxy: str | None = None,
+        tls: ssl.SSLContext | None = None,
+        masks: Sequence[str] = (),
+        check: Callable[[OutboundResponse], None] | None = None,
+        retry: bool = True,
+    ) -> OutboundResponse:
+        """Send with retries inside ``timeout`` seconds. Raises ``DeliveryError`` with a masked message."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        policy = self.policy
+
+        def wait(state: RetryCallState) -> float:
+            exc = state.outcome.exception() if state.outcome else None
+            delay = backoff(state.attempt_number - 1, policy.wait_min, policy.wait_max)
+            if isinstance(exc, RetryableDeliveryError) and exc.retry_after is not None:
+                delay = exc.retry_after
+            remaining = deadline - loop.time()
+            if delay >= remaining:
+                # Waiting would overrun the budget: give up now with the last error.
+                raise exc if exc is not None else DeliveryError("timed out", reason="timeout")
+            return delay
+
+        attempts = policy.max_attempts if retry else 1
+        try:
+            async with asyncio.timeout_at(deadline):
+                async for attempt in AsyncRetrying(
+                    stop=stop_after_attempt(attempts),
+                    wait=wait,
+                    retry=retry_if_exception_type(RetryableDeliveryError),
+                    reraise=True,
+                ):
+                    with attempt:
+                        return await self._attempt(request, proxy, tls, masks, check)
+        except TimeoutError:
+            raise DeliveryError(
+                f"request to {redact_url(request.url)} timed out after {timeout:g}s", reason="timeout"
+            ) from None
+        raise DeliveryError("no attempt was made", reason="internal")  # unreachable: reraise=True
+
+    async def _attempt(
+        self,
+        request: OutboundRequest,
+        proxy: str | None,
+        tls: ssl.SSLContext | None,
+        masks: Sequence[str],
+        check: Callable[[OutboundResponse], None] | None,
+    ) -> OutboundResponse:
+        self.attempts += 1
+        url = request.url
+        origin = _origin(url)
+        auth = aiohttp.BasicAuth(*request.basic_auth) if request.basic_auth else None
+        try:
+            for _ in range(MAX_REDIRECTS + 1):
+                async with self.session.request(
+                    request.method,
+                    url,
+                    data=request.body if request.body else None,
+                    headers=dict(request.headers),
+                    auth=auth,
+                    proxy=proxy,
+                    ssl=tls if tls is not None else True,
+                    allow_redirects=False,
+                ) as resp:
+                    body = await resp.content.read(self.policy.body_limit)
+                    response = OutboundResponse(resp.status, dict(resp.headers), body)
+                if response.status in (301, 302, 303, 307, 308) and "Location" in response.headers:
+                    target = urljoin(url, response.headers["Location"])
+                    if _origin(target) != origin:
+                        raise PermanentDeliveryError(
+                            f"refused redirect from {redact_url(url)} to another host {redact_url(target)}",
+                            reason="redirect_refused",
+                        )
+                    url = target
+                    continue
+                break
+            else:
+                raise PermanentDeliveryError(
+                    f"stopped after {MAX_REDIRECTS} redirects at {redact_url(url)}", reason="redirect_loop"
+                )
+        except DeliveryError:
+            raise
+        except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
+            verdict = classify_exception(exc)
+            message = _mask(f"{request.method} {redact_url(request.url)}: {type(exc).__name__}: {exc}", masks)
+            if verdict.retry:
+                raise RetryableDeliveryError(message, reason=verdict.reason) from None
+            raise PermanentDeliveryError(message, reason=verdict.reason) from None
+        verdict = classify_status(response.status, response.headers)
+        if response.status < 200 or response.status >= 300:
+            text = _mask(
+                f"request failed with status code {response.status}: {response.text()[:1024]}", masks
+            )
+            if verdict.retry:
+                raise RetryableDeliveryError(text, reason=verdict.reason, retry_after=verdict.retry_after)
+            raise PermanentDeliveryError(text, reason=verdict.reason)
+        if check is not None:
+            check(response)
+        return response
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80 if parts.scheme == "http" else None)
+    return parts.scheme, (parts.hostname or "").lower(), port
+
+
+def _mask(text: str, masks: Sequence[str]) -> str:
+    text = redact_urls_in(text)
+    for secret in masks:
+        text = mask_token(text, secret)
+    return text
+
+
+def masked(text: str, masks: Sequence[str]) -> str:
+    """Public helper for notifiers with their own transports (NATS, SDKs)."""
+    return _mask(text, masks)
+
+
+def header_map(headers: Mapping[str, str]) -> dict[str, str]:
+    return dict(headers)

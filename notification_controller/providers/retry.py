@@ -1,0 +1,87 @@
+"""The retry decision, pure and separate from the loop (reference §4.0, retryablehttp's policy).
+
+Retry on transport errors, on 429 and on status 0 or >= 500 except 501. Never retry other statuses,
+redirect refusals, unsupported schemes, invalid headers or TLS verification failures. The reason string
+labels the failure metric, so it is short and of low cardinality.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+
+
+@dataclass(frozen=True)
+class Verdict:
+    retry: bool
+    reason: str
+    retry_after: float | None = None
+
+
+def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
+    """``Retry-After`` as seconds (integer seconds or an HTTP date); None if absent or unparsable."""
+    if not value:
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return float(text)
+    try:
+        moment = parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    delta = (moment - (now or datetime.now(UTC))).total_seconds()
+    return max(0.0, delta)
+
+
+def classify_status(status: int, headers: Mapping[str, str] | None = None) -> Verdict:
+    if 200 <= status < 300:
+        return Verdict(False, "ok")
+    if status == 429 or status == 503:
+        after = parse_retry_after((headers or {}).get("Retry-After"))
+        return Verdict(True, f"http_{status}", after)
+    if status == 0 or (status >= 500 and status != 501):
+        return Verdict(True, f"http_{status}")
+    return Verdict(False, f"http_{status}")
+
+
+def classify_exception(exc: BaseException) -> Verdict:
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return Verdict(False, "tls_verification")
+    cause = exc.__cause__ or exc.__context__
+    if isinstance(cause, ssl.SSLCertVerificationError):
+        return Verdict(False, "tls_verification")
+    name = type(exc).__name__
+    if name in ("ClientConnectorCertificateError", "ServerFingerprintMismatch"):
+        return Verdict(False, "tls_verification")
+    if name in (
+        "InvalidURL",
+        "InvalidUrlClientError",
+        "NonHttpUrlClientError",
+        "InvalidUrlRedirectClientError",
+    ):
+        return Verdict(False, "invalid_url")
+    if isinstance(exc, asyncio.TimeoutError | TimeoutError):
+        return Verdict(True, "timeout")
+    if name in ("ClientConnectorDNSError",):
+        return Verdict(True, "dns")
+    if name in (
+        "ClientConnectorError",
+        "ClientOSError",
+        "ServerDisconnectedError",
+        "ClientProxyConnectionError",
+    ):
+        return Verdict(True, "connection")
+    if isinstance(exc, ConnectionError | OSError):
+        return Verdict(True, "connection")
+    return Verdict(True, "transport")
+
+
+def backoff(attempt: int, wait_min: float, wait_max: float) -> float:
+    """retryablehttp's DefaultBackoff: ``wait_min * 2**attempt`` capped at ``wait_max`` (attempt from 0)."""
+    return float(min(wait_max, wait_min * (2**attempt)))

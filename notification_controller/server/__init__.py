@@ -1,0 +1,1 @@
+"""aiohttp applications: event ingest, webhook receivers, health and metrics. HTTP only, no domain logic."""

@@ -1,0 +1,105 @@
+"""The event ingest server on ``--events-addr`` (reference §3.1–3.3).
+
+Pipeline per request, as Flux: body ≤ 3 MiB (413) → JSON decode (400) → metadata cleanup →
+duplicate limiter (429 with ``X-RateLimit-*``/``Retry-After``) → hand-off → 202 with an empty body.
+Deliberate differences (documented in README "Compatibility"):
+* only ``POST`` is accepted (405 otherwise; Flux accepts any method, producers only POST);
+* until the object cache has synced, and while shutting down, the answer is 503, not 202: Flux's
+  producers retry a 503, whereas a 202 from an empty cache silently loses the event (checklist C3/D10).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from ..api.event import Event, EventDecodeError
+from ..core.metadata import cleanup_metadata
+from ..core.ratelimit import FixedWindowLimiter, event_key
+from ..dispatch.dispatcher import Dispatcher
+from ..metrics import EventMetrics
+
+log = logging.getLogger(__name__)
+
+MAX_BODY = 3 * 1024 * 1024
+_HANDLER = "/"
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def create_event_app(
+    dispatcher: Dispatcher,
+    limiter: FixedWindowLimiter,
+    metrics: EventMetrics,
+    *,
+    ready: Callable[[], bool],
+    export_path_metrics: bool = False,
+) -> web.Application:
+    @web.middleware
+    async def measure(request: web.Request, handler: Handler) -> web.StreamResponse:
+        label = request.path if export_path_metrics else _HANDLER
+        inflight = metrics.http_inflight.labels(service="", handler=label)
+        inflight.inc()
+        start = time.perf_counter()
+        status = 500
+        size = 0
+        try:
+            response = await handler(request)
+            status = response.status
+            size = response.body_length if isinstance(response, web.Response) else 0
+            return response
+        except web.HTTPException as exc:
+            status = exc.status
+            raise
+        finally:
+            inflight.dec()
+            labels = {"service": "", "handler": label, "method": request.method, "code": str(status)}
+            metrics.http_duration.labels(**labels).observe(time.perf_counter() - start)
+            metrics.http_size.labels(**labels).observe(size)
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        if request.method != "POST":
+            metrics.events_rejected.labels(reason="method").inc()
+            return web.Response(status=405, headers={"Allow": "POST"})
+        if request.content_length is not None and request.content_length > MAX_BODY:
+            metrics.events_rejected.labels(reason="too_large").inc()
+            return web.Response(status=413)
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            metrics.events_rejected.labels(reason="too_large").inc()
+            return web.Response(status=413)
+        except (OSError, ValueError, RuntimeError):
+            metrics.events_rejected.labels(reason="bad_request").inc()
+            return web.Response(status=400)
+        try:
+            event = Event.decode(body)
+        except EventDecodeError as exc:
+            metrics.events_rejected.labels(reason="bad_request").inc()
+            log.debug("rejecting event: %s", exc)
+            return web.Response(status=400, text=f"{exc}\n")
+        cleaned = cleanup_metadata(event.metadata, event.object_group)
+        if cleaned != event.metadata:
+            event = event.model_copy(update={"metadata": cleaned})
+        if not ready():
+            metrics.events_rejected.labels(reason="not_ready").inc()
+            return web.Response(status=503, headers={"Retry-After": "5"})
+        decision = limiter.take(event_key(event))
+        headers = decision.headers()
+        if not decision.allowed:
+            metrics.events_rejected.labels(reason="rate_limited").inc()
+            log.debug(
+                "Discarding event, rate limiting duplicate events: %s", event.involved_object.describe()
+            )
+            headers["X-Content-Type-Options"] = "nosniff"
+            return web.Response(status=429, text="Too Many Requests\n", headers=headers)
+        metrics.events_received.inc()
+        dispatcher.submit(event)
+        return web.Response(status=202, headers=headers)
+
+    app = web.Application(client_max_size=MAX_BODY, middlewares=[measure])
+    app.router.add_route("*", "/{tail:.*}", handle)
+    return app

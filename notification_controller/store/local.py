@@ -1,0 +1,276 @@
+"""Local mode: a directory of YAML manifests instead of a cluster.
+
+``LocalManifests`` loads every ``*.yaml``/``*.yml``/``*.json`` file (multi-document, ``kind: List``) into
+the ``ObjectStore`` at start and again whenever a file changes (polled: no inotify dependency). Invalid
+documents are reported with file, document index and field, and skipped; valid ones still load.
+Objects of other kinds (GitRepository, Kustomization...) are kept by ``LocalCluster`` so receivers can
+"annotate" them and Alerts can match on their labels, exactly as they would in a cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..api.common import ObjectStatus, Secret
+from ..api.objects import Object, parse_object, supported_kind
+from ..api.receiver import Receiver, ReceiverStatus
+from ..errors import KubeError, ManifestError
+from .base import ObjectRef, ObjectStore
+
+log = logging.getLogger(__name__)
+
+SUFFIXES = (".yaml", ".yml", ".json")
+_UID_NS = uuid.UUID("6b1d0d36-0c3b-4b6f-9d65-3f1f2c4f7a10")
+
+
+@dataclass
+class LoadResult:
+    objects: list[Object] = field(default_factory=list)
+    others: list[dict[str, Any]] = field(default_factory=list)
+    errors: list[ManifestError] = field(default_factory=list)
+
+
+def _documents(path: Path) -> list[Any]:
+    text = path.read_text(encoding="utf-8")
+    docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    out: list[Any] = []
+    for doc in docs:
+        if isinstance(doc, dict) and doc.get("kind") == "List" and isinstance(doc.get("items"), list):
+            out.extend(doc["items"])
+        else:
+            out.append(doc)
+    return out
+
+
+def load_directory(root: Path, *, default_namespace: str = "default") -> LoadResult:
+    result = LoadResult()
+    files = (
+        sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in SUFFIXES) if root.is_dir() else []
+    )
+    if not root.is_dir():
+        result.errors.append(ManifestError("manifests directory does not exist", source=str(root)))
+    for path in files:
+        rel = str(path.relative_to(root))
+        try:
+            docs = _documents(path)
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" (line {mark.line + 1})" if mark is not None else ""
+            result.errors.append(ManifestError(f"cannot read YAML{where}", source=rel))
+            continue
+        for index, doc in enumerate(docs):
+            if not isinstance(doc, dict):
+                result.errors.append(ManifestError("document is not a mapping", source=rel, index=index))
+                continue
+            if not supported_kind(doc):
+                if doc.get("kind") and isinstance(doc.get("metadata"), dict) and doc["metadata"].get("name"):
+                    other = copy.deepcopy(doc)
+                    other["metadata"].setdefault("namespace", default_namespace)
+                    result.others.append(other)
+                    continue
+            metadata = doc.get("metadata")
+            if isinstance(metadata, dict) and metadata.get("name") and not metadata.get("uid"):
+                ns = metadata.get("namespace") or default_namespace
+                uid = uuid.uuid5(_UID_NS, f"{doc.get('kind')}/{ns}/{metadata['name']}")
+                doc = {**doc, "metadata": {**metadata, "uid": str(uid)}}
+            try:
+                result.objects.append(
+                    parse_object(doc, source=rel, index=index, default_namespace=default_namespace)
+                )
+            except ManifestError as exc:
+                result.errors.append(exc)
+    return result
+
+
+class LocalCluster:
+    """The ``Cluster`` port over in-memory objects: status and finalizers go back into the store,
+    annotations onto the "other" objects, Kubernetes Events into the log (and ``self.events``)."""
+
+    def __init__(self, store: ObjectStore) -> None:
+        self.store = store
+        self.others: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self.statuses: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self.finalizers: dict[tuple[str, str, str], list[str]] = {}
+        self.events: list[tuple[ObjectRef, str, str, str]] = []
+
+    def set_others(self, others: Sequence[dict[str, Any]]) -> None:
+        fresh: dict[tuple[str, str, str], dict[str, Any]] = {}
+        for obj in others:
+            meta = obj["metadata"]
+            key = (str(obj["kind"]), str(meta["namespace"]), str(meta["name"]))
+            old = self.others.get(key)
+            if old is not None:  # keep annotations added by receivers across reloads
+                merged = dict(meta.get("annotations") or {})
+                merged.update(old["metadata"].get("annotations") or {})
+                meta["annotations"] = merged
+            fresh[key] = obj
+        self.others = fresh
+
+    def _other(self, kind: str, namespace: str, name: str) -> dict[str, Any]:
+        obj = self.others.get((kind, namespace, name))
+        if obj is None:
+            raise KubeError(f'{kind} "{namespace}/{name}" not found', status=404)
+        return obj
+
+    async def get_metadata(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any]:
+        obj = self._other(kind, namespace, name)
+        return {
+            "apiVersion": obj.get("apiVersion", api_version),
+            "kind": kind,
+            "metadata": copy.deepcopy(obj["metadata"]),
+        }
+
+    async def list_metadata(
+        self, api_version: str, kind: str, namespace: str, match_labels: Mapping[str, str]
+    ) -> list[dict[str, Any]]:
+        out = []
+        for (k, ns, _), obj in sorted(self.others.items()):
+            labels = obj["metadata"].get("labels") or {}
+            if k == kind and ns == namespace and all(labels.get(a) == b for a, b in match_labels.items()):
+                out.append(
+                    {
+                        "apiVersion": obj.get("apiVersion", api_version),
+                        "kind": kind,
+                        "metadata": copy.deepcopy(obj["metadata"]),
+                    }
+                )
+        return out
+
+    async def annotate(
+        self, api_version: str, kind: str, namespace: str, name: str, annotations: Mapping[str, str]
+    ) -> None:
+        obj = self._other(kind, namespace, name)
+        obj["metadata"].setdefault("annotations", {}).update(annotations)
+        log.info("requested reconciliation of %s/%s/%s", kind, namespace, name)
+
+    async def patch_status(self, ref: ObjectRef, status: Mapping[str, Any]) -> None:
+        key = (ref.kind, ref.namespace, ref.name)
+        merged = {**self.statuses.get(key, {}), **status}
+        self.statuses[key] = merged
+        current = self.store.get(ref.kind, ref.namespace, ref.name)
+        if current is not None:
+            self.store.upsert(with_status(current, merged))
+
+    async def set_finalizers(self, ref: ObjectRef, finalizers: Sequence[str], resource_version: str) -> None:
+        key = (ref.kind, ref.namespace, ref.name)
+        self.finalizers[key] = list(finalizers)
+        current = self.store.get(ref.kind, ref.namespace, ref.name)
+        if current is not None:
+            meta = current.metadata.model_copy(update={"finalizers": list(finalizers)})
+            self.store.upsert(current.model_copy(update={"metadata": meta}))
+
+    async def emit_event(
+        self, ref: ObjectRef, type_: str, reason: str, message: str, annotations: Mapping[str, str] | None
+    ) -> None:
+        self.events.append((ref, type_, reason, message))
+        del self.events[:-1000]
+        level = logging.WARNING if type_ == "Warning" else logging.INFO
+        log.log(
+            level, "event %s %s on %s %s/%s: %s", type_, reason, ref.kind, ref.namespace, ref.name, message
+        )
+
+    def restore(self, obj: Object) -> Object:
+        """Re-apply what the controller wrote (status, finalizers) onto a freshly loaded object."""
+        key = (obj.KIND, obj.metadata.namespace, obj.metadata.name)
+        status = self.statuses.get(key)
+        if status is not None:
+            obj = with_status(obj, status)
+        if key in self.finalizers:
+            obj = obj.model_copy(
+                update={"metadata": obj.metadata.model_copy(update={"finalizers": self.finalizers[key]})}
+            )
+        return obj
+
+
+def with_status(obj: Object, status: Mapping[str, Any]) -> Object:
+    if isinstance(obj, Secret):
+        return obj
+    model = ReceiverStatus if isinstance(obj, Receiver) else ObjectStatus
+    return obj.model_copy(update={"status": model.model_validate(dict(status))})
+
+
+class LocalManifests:
+    """Feeds an ObjectStore (and LocalCluster) from a directory, reloading on change."""
+
+    def __init__(
+        self, root: Path, store: ObjectStore, cluster: LocalCluster, *, poll_interval: float = 2.0
+    ) -> None:
+        self.root = root
+        self.store = store
+        self.cluster = cluster
+        self.poll_interval = poll_interval
+        self._snapshot: tuple[tuple[str, int, int], ...] = ()
+        self._generations: dict[tuple[str, str, str], tuple[Any, int]] = {}
+        self.last_errors: list[ManifestError] = []
+
+    def _take_snapshot(self) -> tuple[tuple[str, int, int], ...]:
+        if not self.root.is_dir():
+            return ()
+        out = []
+        for path in sorted(self.root.rglob("*")):
+            if path.is_file() and path.suffix in SUFFIXES:
+                try:
+                    st = path.stat()
+                except OSError:
+                    continue
+                out.append((str(path), st.st_mtime_ns, st.st_size))
+        return tuple(out)
+
+    def _with_generation(self, obj: Object) -> Object:
+        if isinstance(obj, Secret):
+            return obj
+        key = (obj.KIND, obj.metadata.namespace, obj.metadata.name)
+        spec = obj.spec.model_dump()
+        previous = self._generations.get(key)
+        generation = obj.metadata.generation or 1
+        if previous is not None and not obj.metadata.generation:
+            generation = previous[1] if previous[0] == spec else previous[1] + 1
+        self._generations[key] = (spec, generation)
+        return obj.model_copy(update={"metadata": obj.metadata.model_copy(update={"generation": generation})})
+
+    def load(self) -> LoadResult:
+        """Load synchronously (start-up)."""
+        self._snapshot = self._take_snapshot()
+        return self._apply(load_directory(self.root))
+
+    async def reload(self) -> LoadResult:
+        """Parse in a worker thread, apply on the loop (the store is not thread-safe)."""
+        self._snapshot = await asyncio.to_thread(self._take_snapshot)
+        return self._apply(await asyncio.to_thread(load_directory, self.root))
+
+    def _apply(self, result: LoadResult) -> LoadResult:
+        for error in result.errors:
+            log.error("invalid manifest skipped: %s", error)
+        self.last_errors = result.errors
+        self.cluster.set_others(result.others)
+        by_kind: dict[str, list[Object]] = {"Secret": [], "Provider": [], "Alert": [], "Receiver": []}
+        for obj in result.objects:
+            by_kind[obj.KIND].append(self.cluster.restore(self._with_generation(obj)))
+        for kind in ("Secret", "Provider", "Alert", "Receiver"):
+            self.store.replace(kind, by_kind[kind])
+        self.store.mark_synced()
+        log.info(
+            "loaded %d objects from %s (%d invalid documents skipped)",
+            len(result.objects),
+            self.root,
+            len(result.errors),
+        )
+        return result
+
+    async def watch(self) -> None:
+        """Poll for changes forever (cancel to stop)."""
+        while True:
+            await asyncio.sleep(self.poll_interval)
+            snapshot = await asyncio.to_thread(self._take_snapshot)
+            if snapshot != self._snapshot:
+                log.info("manifests changed, reloading")
+                await self.reload()
