@@ -28,7 +28,7 @@ from .core.ratelimit import FixedWindowLimiter
 from .core.redact import Redactor
 from .dispatch.dispatcher import Dispatcher, DispatchSettings
 from .metrics import EventMetrics
-from .providers.http import OutboundHTTP
+from .providers.http import OutboundHTTP, RetryPolicy
 from .server.events import create_event_app
 from .server.health import create_health_app
 from .server.metrics import create_metrics_app
@@ -69,6 +69,7 @@ class App:
     settings: Settings
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
     ports: dict[str, int] = field(default_factory=dict)
+    retry: RetryPolicy | None = None  # tests shorten the 2 s·2ⁿ backoff
 
     def __post_init__(self) -> None:
         s = self.settings
@@ -78,7 +79,7 @@ class App:
         self.store = ObjectStore(namespaces=namespaces)
         self.store.subscribe(self._on_change)
         self.metrics = EventMetrics(self.registry)
-        self.http = OutboundHTTP()
+        self.http = OutboundHTTP(self.retry)
         self.cluster: Cluster
         self._feeder: Any = None
         self._tasks: list[asyncio.Task[Any]] = []
