@@ -29,6 +29,7 @@ from .core.redact import Redactor
 from .dispatch.dispatcher import Dispatcher, DispatchSettings
 from .metrics import EventMetrics
 from .providers.http import OutboundHTTP, RetryPolicy
+from .providers.registry import registered_types
 from .server.events import create_event_app
 from .server.health import create_health_app
 from .server.metrics import create_metrics_app
@@ -141,6 +142,8 @@ class App:
 
     async def start(self) -> None:
         s = self.settings
+        # Import every provider module now: a broken module fails the start, not every event.
+        log.info("provider types available: %d", len(registered_types()))
         await self.http.start()
         await self._serve("health", create_health_app(self.ready), s.server.health_addr)
         await self._serve("metrics", create_metrics_app(self.registry), s.server.metrics_addr)

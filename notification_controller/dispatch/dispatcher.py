@@ -170,6 +170,16 @@ class Dispatcher:
             self._warn(alert, "NotificationDispatchFailed", message)
             self.metrics.dropped.labels(provider_type="", reason="config").inc()
             return
+        except Exception as exc:  # one broken Alert/Provider must not affect the others or the 202
+            log.error(
+                "internal error preparing notification for alert %s/%s: %s",
+                alert.metadata.namespace,
+                alert.metadata.name,
+                type(exc).__name__,
+                exc_info=log.isEnabledFor(logging.DEBUG),
+            )
+            self.metrics.dropped.labels(provider_type="", reason="internal").inc()
+            return
         if isinstance(result, Drop):
             self._count_drop(result, "")
             return

@@ -1,0 +1,112 @@
+"""The controller as users run it: a subprocess on the bundled examples (README's `make run` flow)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import socket
+import sys
+from pathlib import Path
+
+import aiohttp
+
+from tests.support.capture import CaptureServer
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def wait_ready(url: str, timeout: float = 20) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    async with aiohttp.ClientSession() as session:
+        while loop.time() < deadline:
+            try:
+                async with session.get(url) as resp:
+                    if resp.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.1)
+    raise AssertionError(f"{url} never became ready")
+
+
+async def test_examples_deliver_and_sigterm_exits_zero(tmp_path: Path) -> None:
+    """README flow: the example manifests + the example event arrive at the sink; SIGTERM → exit 0."""
+    async with CaptureServer() as sink:
+        manifests = tmp_path / "manifests"
+        shutil.copytree(ROOT / "examples" / "manifests", manifests)
+        text = (manifests / "notifications.yaml").read_text().replace("http://127.0.0.1:9999", sink.url)
+        (manifests / "notifications.yaml").write_text(text)
+        ports = {name: free_port() for name in ("events", "receiver", "metrics", "health")}
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "notification_controller",
+            "--manifests",
+            str(manifests),
+            f"--events-addr=127.0.0.1:{ports['events']}",
+            f"--receiverAddr=127.0.0.1:{ports['receiver']}",
+            f"--metrics-addr=127.0.0.1:{ports['metrics']}",
+            f"--health-addr=127.0.0.1:{ports['health']}",
+            "--log-encoding=json",
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        try:
+            await wait_ready(f"http://127.0.0.1:{ports['health']}/readyz")
+            body = (ROOT / "examples" / "event.json").read_bytes()
+            async with aiohttp.ClientSession() as session:
+                async with session.post(
+                    f"http://127.0.0.1:{ports['events']}/", data=body, headers={"Content-Type": "application/json"}
+                ) as resp:
+                    assert resp.status == 202
+            [req] = await sink.wait_for(1, timeout=10)
+            assert req.path == "/flux"
+            assert req.headers["X-Signature"].startswith("sha256=")
+            assert req.json()["metadata"] == {
+                "cluster": "local-demo",
+                "revision": "main@sha1:0c9c2e41d2f94f9b9c41bebc1984d67a0c9c2e41",
+            }
+            async with aiohttp.ClientSession() as session:
+                async with session.get(f"http://127.0.0.1:{ports['metrics']}/metrics") as resp:
+                    text = await resp.text()
+            assert 'notification_delivered_total{provider_type="generic-hmac"} 1.0' in text
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            _, stderr = await asyncio.wait_for(proc.communicate(), timeout=30)
+        assert proc.returncode == 0, stderr.decode()[-2000:]
+        log = stderr.decode()
+        assert "shutdown complete" in log
+        assert "change-me-hmac-key" not in log  # the Secret's token never reaches the logs
+
+
+async def test_port_in_use_fails_with_a_clear_error(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "notification_controller",
+            "--manifests",
+            str(tmp_path),
+            f"--health-addr=127.0.0.1:{port}",
+            "--log-encoding=console",
+            cwd=ROOT,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        _, stderr = await asyncio.wait_for(proc.communicate(), timeout=30)
+    assert proc.returncode == 1
+    assert "cannot start" in stderr.decode()
+    assert "Traceback" not in stderr.decode()

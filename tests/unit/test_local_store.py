@@ -1,0 +1,113 @@
+"""Local mode: loading a manifests directory (issue: invalid documents reported with file, index, field)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from notification_controller.api.alert import Alert
+from notification_controller.api.objects import parse_object
+from notification_controller.api.provider import Provider
+from notification_controller.errors import ManifestError
+from notification_controller.store.base import ObjectStore
+from notification_controller.store.local import LocalCluster, LocalManifests, load_directory
+
+GOOD = """\
+apiVersion: notification.toolkit.fluxcd.io/v1beta3
+kind: Provider
+metadata: {name: slack, namespace: apps}
+spec: {type: slack, address: "https://hooks.slack.com/services/x"}
+---
+apiVersion: notification.toolkit.fluxcd.io/v1beta3
+kind: Alert
+metadata: {name: a}
+spec:
+  providerRef: {name: slack}
+  eventSources: [{kind: Kustomization, name: '*'}]
+"""
+
+
+def test_multi_document_list_and_other_kinds(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text(GOOD)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "b.yml").write_text(
+        textwrap.dedent(
+            """\
+            apiVersion: v1
+            kind: List
+            items:
+              - apiVersion: v1
+                kind: Secret
+                metadata: {name: s, namespace: apps}
+                data: {token: aHVudGVyMg==}
+                stringData: {user: bob}
+              - apiVersion: source.toolkit.fluxcd.io/v1
+                kind: GitRepository
+                metadata: {name: repo, labels: {team: a}}
+            """
+        )
+    )
+    result = load_directory(tmp_path)
+    assert result.errors == []
+    kinds = sorted(o.KIND for o in result.objects)
+    assert kinds == ["Alert", "Provider", "Secret"]
+    secret = next(o for o in result.objects if o.KIND == "Secret")
+    assert secret.data == {"token": b"hunter2", "user": b"bob"}
+    alert = next(o for o in result.objects if isinstance(o, Alert))
+    assert alert.metadata.namespace == "default"
+    assert alert.metadata.uid  # a stable uid is derived for local objects
+    assert result.others[0]["metadata"] == {"name": "repo", "namespace": "default", "labels": {"team": "a"}}
+
+
+@pytest.mark.parametrize(
+    ("document", "field", "fragment"),
+    [
+        ("kind: Alert\napiVersion: notification.toolkit.fluxcd.io/v1beta3\nmetadata: {name: x}\nspec: {providerRef: {name: p}}", "spec.eventSources", "Field required"),
+        ("kind: Provider\napiVersion: notification.toolkit.fluxcd.io/v1beta3\nmetadata: {name: x}\nspec: {type: carrier-pigeon}", "spec.type", "Input should be"),
+        ("kind: Provider\napiVersion: notification.toolkit.fluxcd.io/v1beta3\nmetadata: {name: x}\nspec: {type: slack, timeout: 1h}", "spec.timeout", "pattern"),
+        ("kind: Provider\napiVersion: notification.toolkit.fluxcd.io/v1beta3\nmetadata: {name: x}\nspec: {type: slack, commitStatusExpr: x}", "spec", "commitStatusExpr is only supported"),
+        ("kind: Receiver\napiVersion: notification.toolkit.fluxcd.io/v1\nmetadata: {name: x}\nspec: {type: github, resources: [{kind: GitRepository, name: r}]}", "spec", "secretRef is required"),
+        ("kind: Alert\napiVersion: notification.toolkit.fluxcd.io/v1beta3\nmetadata: {name: x}\nspec: {providerRef: {name: p}, eventSources: [], typo: 1}", "spec.typo", "Extra inputs"),
+    ],
+)
+def test_invalid_documents_are_reported_and_skipped(tmp_path: Path, document: str, field: str, fragment: str) -> None:
+    (tmp_path / "ok.yaml").write_text(GOOD)
+    (tmp_path / "bad.yaml").write_text("---\n" + GOOD.split("---")[0] + "---\n" + document + "\n")
+    result = load_directory(tmp_path)
+    assert len(result.objects) == 3  # the good documents of both files still load
+    [error] = result.errors
+    assert error.source == "bad.yaml"
+    assert error.index == 1
+    assert error.field == field
+    assert fragment in str(error)
+
+
+def test_unreadable_yaml_names_the_file_and_line(tmp_path: Path) -> None:
+    (tmp_path / "broken.yaml").write_text("a: [unclosed\n")
+    [error] = load_directory(tmp_path).errors
+    assert "broken.yaml" in str(error) and "line" in str(error)
+
+
+def test_reload_applies_deletions_and_keeps_controller_status(tmp_path: Path) -> None:
+    path = tmp_path / "a.yaml"
+    path.write_text(GOOD)
+    store = ObjectStore()
+    cluster = LocalCluster(store)
+    feeder = LocalManifests(tmp_path, store, cluster)
+    feeder.load()
+    assert store.synced
+    provider = store.provider("apps", "slack")
+    assert isinstance(provider, Provider)
+    assert provider.metadata.generation == 1
+    path.write_text(GOOD.split("---")[0].replace("services/x", "services/y"))
+    feeder.load()
+    assert store.alert("default", "a") is None
+    changed = store.provider("apps", "slack")
+    assert changed is not None and changed.metadata.generation == 2
+
+
+def test_parse_object_rejects_non_mappings() -> None:
+    with pytest.raises(ManifestError, match="not a mapping"):
+        parse_object(["x"])
