@@ -252,7 +252,7 @@ class Dispatcher:
 
         try:
             program = compile_expression(
-                expr, variables=("event", "alert", "provider"), output=OutputType.STRING
+                expr, variables=("event", "alert", "provider"), output=OutputType.STRING, strict_types=True
             )
             return program.evaluate_string(
                 {
