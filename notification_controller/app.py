@@ -23,6 +23,8 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from . import logsetup
+from .controllers.events import EventRecorder
+from .controllers.manager import ControllerManager, ControllerSettings
 from .core.clock import SystemClock
 from .core.ratelimit import FixedWindowLimiter
 from .core.redact import Redactor
@@ -46,11 +48,11 @@ def split_addr(addr: str) -> tuple[str | None, int]:
     return (host or None), int(port)
 
 
-class ClusterEventSink:
-    """Adapts the ``Cluster`` port to the dispatcher's ``EventSink``."""
+class RecorderSink:
+    """The dispatcher's ``EventSink`` on the shared, spam-controlled ``EventRecorder``."""
 
-    def __init__(self, cluster: Cluster) -> None:
-        self.cluster = cluster
+    def __init__(self, recorder: EventRecorder) -> None:
+        self.recorder = recorder
 
     async def emit(
         self,
@@ -60,7 +62,7 @@ class ClusterEventSink:
         message: str,
         annotations: Mapping[str, str] | None = None,
     ) -> None:
-        await self.cluster.emit_event(ref, type_, reason, message, annotations)
+        await self.recorder.event(ref, type_, reason, message, annotations)
 
 
 @dataclass
@@ -100,7 +102,23 @@ class App:
 
             self._kube = KubeRuntime(s, self.store, self.registry)
             self.cluster = self._kube.cluster
-        self.sink = ClusterEventSink(self.cluster)
+        self.recorder = EventRecorder(self.cluster, self.clock, self.redactor)
+        self.sink = RecorderSink(self.recorder)
+        self.controllers = ControllerManager(
+            self.store,
+            self.cluster,
+            self.clock,
+            ControllerSettings(
+                concurrent=s.kube.concurrent,
+                min_retry_delay=s.kube.min_retry_delay,
+                max_retry_delay=s.kube.max_retry_delay,
+                resync_interval=s.kube.resync_interval,
+                no_cross_namespace_refs=s.events.no_cross_namespace_refs,
+            ),
+            registry=self.registry,
+            redactor=self.redactor,
+            recorder=self.recorder,
+        )
         self.limiter = FixedWindowLimiter(s.events.rate_limit_interval, self.clock)
         self.dispatcher = Dispatcher(
             self.store,
@@ -190,7 +208,10 @@ class App:
         )
 
     def _controllers(self) -> list[asyncio.Task[Any]]:
-        return []
+        """Local mode: reconcile always. Kubernetes mode: the kube runtime runs them while leading."""
+        if self.settings.local_mode:
+            return [asyncio.create_task(self.controllers.run(), name="controllers")]
+        return self._kube.run_controllers(self.controllers)
 
     async def stop(self) -> None:
         """Graceful shutdown: stop accepting, drain deliveries, close everything."""
@@ -203,6 +224,7 @@ class App:
             if runner is not None:
                 await runner.cleanup()
         abandoned = await self.dispatcher.shutdown(self.settings.server.shutdown_grace)
+        await self.controllers.stop(deadline=5.0)
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

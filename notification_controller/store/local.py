@@ -58,6 +58,7 @@ def load_directory(root: Path, *, default_namespace: str = "default") -> LoadRes
     )
     if not root.is_dir():
         result.errors.append(ManifestError("manifests directory does not exist", source=str(root)))
+    seen: dict[tuple[str, str, str], str] = {}
     for path in files:
         rel = str(path.relative_to(root))
         try:
@@ -83,11 +84,23 @@ def load_directory(root: Path, *, default_namespace: str = "default") -> LoadRes
                 uid = uuid.uuid5(_UID_NS, f"{doc.get('kind')}/{ns}/{metadata['name']}")
                 doc = {**doc, "metadata": {**metadata, "uid": str(uid)}}
             try:
-                result.objects.append(
-                    parse_object(doc, source=rel, index=index, default_namespace=default_namespace)
-                )
+                obj = parse_object(doc, source=rel, index=index, default_namespace=default_namespace)
             except ManifestError as exc:
                 result.errors.append(exc)
+                continue
+            key = (obj.KIND, obj.metadata.namespace, obj.metadata.name)
+            if key in seen:
+                result.errors.append(
+                    ManifestError(
+                        f"duplicate {key[0]} {key[1]}/{key[2]} (first defined in {seen[key]}); skipped",
+                        source=rel,
+                        index=index,
+                        field="metadata.name",
+                    )
+                )
+                continue
+            seen[key] = f"{rel}[{index}]"
+            result.objects.append(obj)
     return result
 
 

@@ -1,0 +1,199 @@
+"""The Alert reconciler: Flux's finalizer migration (reference §6.1) plus a status Flux does not have.
+
+Flux's ``AlertReconciler`` only removes the finalizer older versions added (Normal event ``Migration``).
+We keep that, and also report whether the Alert can work, in ``status.conditions``:
+
+=========================  ==================================================================
+Ready=True  Succeeded      "Alert is ready"
+Ready=False ValidationFailed   an inclusion/exclusion regex does not compile with RE2 (terminal)
+Ready=False AccessDenied       ``--no-cross-namespace-refs`` is set and an event source names another
+                               namespace (terminal: such events would be refused at dispatch, §3.7)
+Ready=False ProviderNotFound   ``spec.providerRef`` names no Provider in the Alert's namespace
+Ready=False ProviderNotReady   the Provider is not Ready (its message is quoted)
+Ready=Unknown ProviderNotReady the Provider has not been reconciled yet (transient, no Event)
+=========================  ==================================================================
+
+The Alert follows its Provider: a Provider change (including its status) re-enqueues the Alerts that
+reference it, through a Provider → Alerts reverse index fed by store changes. A suspended Provider is
+treated as working (suspension is deliberate; the Alert's configuration is fine).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import re2
+
+from ..api.alert import Alert
+from ..api.common import ConditionStatus, ObjectStatus
+from ..core import conditions as cond
+from ..core.clock import Clock
+from ..core.redact import Redactor
+from ..store.base import Change, Cluster, Key, ObjectRef, ObjectStore
+from .base import DONE, ConditionsDraft, Reconciler, Result, StatusDraft, spec_or_meta_changed
+from .events import NORMAL, EventRecorder
+
+log = logging.getLogger(__name__)
+
+ACCESS_DENIED = "AccessDenied"
+MIGRATION = "Migration"
+MIGRATION_MESSAGE = "removed finalizer from Alert to migrate to static Alert"
+READY_MESSAGE = "Alert is ready"
+
+
+def regex_error(alert: Alert) -> str | None:
+    """The first inclusion/exclusion expression RE2 cannot compile, in the event server's words (§6.4)."""
+    for name, expressions in (
+        ("inclusion", alert.spec.inclusion_list),
+        ("exclusion", alert.spec.exclusion_list),
+    ):
+        for expression in expressions or []:
+            try:
+                re2.compile(expression)
+            except re2.error:
+                return f"failed to compile {name} regex: {expression}"
+    return None
+
+
+def cross_namespace_error(alert: Alert) -> str | None:
+    ns = alert.metadata.namespace
+    for i, source in enumerate(alert.spec.event_sources):
+        if source.namespace and source.namespace != ns:
+            return (
+                f"cross-namespace references are not allowed: eventSources[{i}] "
+                f"{source.kind}/{source.namespace}/{source.name} is not in namespace '{ns}'"
+            )
+    return None
+
+
+class AlertReconciler(Reconciler[Alert]):
+    kind = "Alert"
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        cluster: Cluster,
+        recorder: EventRecorder,
+        clock: Clock,
+        *,
+        redactor: Redactor | None = None,
+        no_cross_namespace_refs: bool = False,
+    ) -> None:
+        super().__init__(store, cluster, recorder, clock, redactor=redactor)
+        self.no_cross_namespace_refs = no_cross_namespace_refs
+        self._provider_of: dict[Key, Key] = {}
+        self._by_provider: dict[Key, set[Key]] = {}
+
+    # ---- watches ----------------------------------------------------------------------------------
+    def watch(self, change: Change) -> list[Key]:
+        key = (change.namespace, change.name)
+        if change.kind == "Alert":
+            if isinstance(change.obj, Alert):
+                self._index(change.obj)
+            else:
+                self._unindex(key)
+            return [key] if spec_or_meta_changed(change) else []
+        if change.kind == "Provider":
+            return self.referencing(key)
+        return []
+
+    def prime(self) -> None:
+        for alert in self.store.alerts():
+            self._index(alert)
+
+    def referencing(self, provider: Key) -> list[Key]:
+        return sorted(self._by_provider.get(provider, ()))
+
+    def _index(self, alert: Alert) -> None:
+        key = (alert.metadata.namespace, alert.metadata.name)
+        self._unindex(key)
+        provider = (alert.metadata.namespace, alert.spec.provider_ref.name)
+        self._provider_of[key] = provider
+        self._by_provider.setdefault(provider, set()).add(key)
+
+    def _unindex(self, key: Key) -> None:
+        provider = self._provider_of.pop(key, None)
+        if provider is not None:
+            users = self._by_provider.get(provider)
+            if users is not None:
+                users.discard(key)
+                if not users:
+                    del self._by_provider[provider]
+
+    # ---- reconcile --------------------------------------------------------------------------------
+    async def reconcile(self, key: Key) -> Result:
+        obj = self.store.alert(*key)
+        if obj is None:
+            self._unindex(key)
+            return DONE
+        meta = obj.metadata
+        deleting = meta.deletion_timestamp is not None
+        if self.has_finalizer(obj):
+            if obj.spec.suspend and not deleting:
+                log.info("reconciliation is suspended for this object: %s", self.describe(obj))
+                return DONE
+            await self.remove_finalizer(obj)
+            await self.recorder.event(ObjectRef.of(obj), NORMAL, MIGRATION, MIGRATION_MESSAGE)
+        if deleting:
+            return DONE
+
+        draft = StatusDraft(
+            ConditionsDraft(obj.status.conditions),
+            obj.status.observed_generation,
+            obj.status.last_handled_reconcile_at,
+        )
+        if obj.spec.suspend:
+            log.info("reconciliation is suspended for this object: %s", self.describe(obj))
+        else:
+            self._evaluate(obj, draft)
+        draft.finish(meta.annotations, meta.generation)
+        conditions = draft.conditions.build(generation=meta.generation, now=self.clock.now())
+        desired = ObjectStatus(
+            conditions=conditions,
+            observed_generation=draft.observed_generation,
+            last_handled_reconcile_at=draft.last_handled_reconcile_at,
+        )
+        await self.write_status(obj, desired)
+        await self.ready_transition_event(obj, obj.status.conditions, conditions, READY_MESSAGE)
+        return DONE  # everything an Alert depends on is watched: no periodic requeue needed
+
+    def _evaluate(self, obj: Alert, draft: StatusDraft) -> None:
+        generation = obj.metadata.generation
+        error = regex_error(obj)
+        if error is not None:
+            draft.mark_terminal(cond.VALIDATION_FAILED, error, generation)
+            return
+        if self.no_cross_namespace_refs and (error := cross_namespace_error(obj)) is not None:
+            draft.mark_terminal(ACCESS_DENIED, error, generation)
+            return
+
+        draft.conditions.mark_reconciling()
+        ns, name = obj.metadata.namespace, obj.spec.provider_ref.name
+        provider = self.store.provider(ns, name)
+        if provider is None:
+            draft.conditions.mark_false(
+                cond.READY, cond.PROVIDER_NOT_FOUND, f"Provider '{name}' not found in namespace '{ns}'"
+            )
+            return
+        if provider.spec.suspend:
+            draft.conditions.mark_true(cond.READY, cond.SUCCEEDED, READY_MESSAGE)
+            return
+        ready = cond.find(provider.status.conditions, cond.READY)
+        if ready is None or (
+            ready.observed_generation is not None
+            and ready.observed_generation != provider.metadata.generation
+        ):
+            # Not a failure, just not known yet: Ready=Unknown + Reconciling=True is kstatus "InProgress",
+            # and no Warning event is emitted for it. The Provider's status write re-enqueues this Alert.
+            draft.conditions.set(
+                cond.READY,
+                ConditionStatus.UNKNOWN,
+                cond.PROVIDER_NOT_READY,
+                f"Provider '{name}' is not ready yet: waiting for it to be reconciled",
+            )
+        elif ready.status != ConditionStatus.TRUE:
+            draft.conditions.mark_false(
+                cond.READY, cond.PROVIDER_NOT_READY, f"Provider '{name}' is not ready: {ready.message}"
+            )
+        else:
+            draft.conditions.mark_true(cond.READY, cond.SUCCEEDED, READY_MESSAGE)

@@ -1,0 +1,263 @@
+"""What the three reconcilers share: the result type, the condition draft, status and finalizer writes.
+
+A reconcile reads one object from the ``ObjectStore``, computes its *desired* status (a pure step: the
+conditions a Flux controller would hold in memory at the end of ``Reconcile``), and hands the side effects
+to the ``Cluster`` port: finalizers, one status patch — only when the desired status differs from the
+current one, so a resync of a converged object writes nothing (checklist D13) — and Kubernetes Events
+through the ``EventRecorder``. ``observedGeneration`` and ``lastHandledReconcileAt`` are set here, by the
+shared ``finish`` step (Flux's deferred patch, reference §6.3), never by the kind-specific code.
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import ClassVar, Generic, TypeVar
+
+from pydantic import BaseModel
+
+from ..api import FINALIZER, RECONCILE_REQUEST_ANNOTATION
+from ..api.alert import Alert
+from ..api.common import Condition, ConditionStatus
+from ..api.objects import Object
+from ..api.provider import Provider
+from ..api.receiver import Receiver
+from ..core import conditions as cond
+from ..core.clock import Clock
+from ..core.redact import Redactor
+from ..errors import KubeError
+from ..store.base import Change, Cluster, Key, ObjectRef, ObjectStore
+from .events import NORMAL, WARNING, EventRecorder
+
+log = logging.getLogger(__name__)
+
+TERMINAL_PREFIX = "Reconciliation failed terminally due to configuration error: "
+RECONCILING_MESSAGE = "Reconciliation in progress"
+
+ObjT = TypeVar("ObjT", Alert, Provider, Receiver)
+
+
+@dataclass(frozen=True)
+class Result:
+    """What the work queue does next with the key (controller-runtime's ``ctrl.Result`` + error).
+
+    * ``error``: a transient failure (already reported in status/Events): counted, retried with backoff;
+    * ``requeue``: retry with backoff without counting an error (e.g. right after adding the finalizer);
+    * ``requeue_after``: reconcile again after that many seconds (the backoff is reset);
+    * none of them: done until the object or something it references changes (or the periodic resync).
+    """
+
+    requeue_after: float | None = None
+    requeue: bool = False
+    error: str | None = None
+
+
+DONE = Result()
+
+
+class ConditionsDraft:
+    """In-memory condition edits, applied at the end against the *original* conditions.
+
+    Flux edits conditions in memory during a reconcile and patches once. Building the final list against the
+    conditions read at the start means ``lastTransitionTime`` only moves when a condition's final
+    status/reason/message differs from what was stored, and untouched conditions keep their
+    ``observedGeneration``.
+    """
+
+    def __init__(self, original: Sequence[Condition]) -> None:
+        self._original = list(original)
+        self._state: dict[str, tuple[ConditionStatus, str, str]] = {
+            c.type: (c.status, c.reason, c.message) for c in original
+        }
+        self._touched: set[str] = set()
+
+    def set(self, type_: str, status: ConditionStatus, reason: str, message: str) -> None:
+        self._state[type_] = (status, reason, message)
+        self._touched.add(type_)
+
+    def mark_true(self, type_: str, reason: str, message: str) -> None:
+        self.set(type_, ConditionStatus.TRUE, reason, message)
+
+    def mark_false(self, type_: str, reason: str, message: str) -> None:
+        self.set(type_, ConditionStatus.FALSE, reason, message)
+
+    def delete(self, type_: str) -> None:
+        self._state.pop(type_, None)
+        self._touched.discard(type_)
+
+    def get(self, type_: str) -> tuple[ConditionStatus, str, str] | None:
+        return self._state.get(type_)
+
+    def has(self, type_: str) -> bool:
+        return type_ in self._state
+
+    def is_true(self, type_: str) -> bool:
+        value = self._state.get(type_)
+        return value is not None and value[0] == ConditionStatus.TRUE
+
+    def is_false(self, type_: str) -> bool:
+        value = self._state.get(type_)
+        return value is not None and value[0] == ConditionStatus.FALSE
+
+    def mark_reconciling(self, reason: str = cond.PROGRESSING, message: str = RECONCILING_MESSAGE) -> None:
+        """``conditions.MarkReconciling``: Reconciling=True, and Stalled removed."""
+        self.mark_true(cond.RECONCILING, reason, message)
+        self.delete(cond.STALLED)
+
+    def mark_stalled(self, reason: str, message: str) -> None:
+        """``conditions.MarkStalled``: Stalled=True, and Reconciling removed."""
+        self.mark_true(cond.STALLED, reason, message)
+        self.delete(cond.RECONCILING)
+
+    def build(self, *, generation: int, now: datetime) -> list[Condition]:
+        out = [c for c in self._original if c.type in self._state]
+        if not self._touched:
+            return out
+        for type_ in sorted(self._touched):  # set_condition keeps Flux's order (Stalled, Reconciling, Ready)
+            status, reason, message = self._state[type_]
+            out = cond.set_condition(out, type_, status, reason, message, generation=generation, now=now)
+        return out
+
+
+@dataclass
+class StatusDraft:
+    """The Flux status fields common to the three kinds, being computed."""
+
+    conditions: ConditionsDraft
+    observed_generation: int
+    last_handled_reconcile_at: str | None
+
+    def mark_terminal(self, reason: str, error: str, generation: int) -> str:
+        """Flux's ``markTerminal``: Ready=False and Stalled=True with the same reason and message."""
+        message = TERMINAL_PREFIX + error
+        self.conditions.mark_false(cond.READY, reason, message)
+        self.conditions.mark_stalled(reason, message)
+        self.observed_generation = generation
+        return message
+
+    def finish(self, annotations: dict[str, str], generation: int) -> None:
+        """Flux's deferred ``patch`` step (reference §6.3)."""
+        if RECONCILE_REQUEST_ANNOTATION in annotations:
+            self.last_handled_reconcile_at = annotations[RECONCILE_REQUEST_ANNOTATION]
+        if self.conditions.is_true(cond.READY):
+            self.conditions.delete(cond.RECONCILING)
+            self.observed_generation = generation
+        reconciling = self.conditions.get(cond.RECONCILING)
+        if self.conditions.is_false(cond.READY) and reconciling is not None:
+            self.conditions.set(cond.RECONCILING, reconciling[0], cond.PROGRESSING_WITH_RETRY, reconciling[2])
+
+
+def spec_or_meta_changed(change: Change) -> bool:
+    """Flux's ``GenerationChanged OR ReconcileRequested`` predicate, plus finalizer/deletion changes.
+
+    A status-only update (our own status patch coming back through the watch) returns False, so writing
+    status never triggers another reconcile of the same object.
+    """
+    old, new = change.old, change.obj
+    if old is None or new is None or type(old) is not type(new):
+        return True
+    om, nm = old.metadata, new.metadata
+    if om.uid != nm.uid or om.generation != nm.generation:
+        return True
+    if getattr(old, "spec", None) != getattr(new, "spec", None):
+        return True
+    if om.annotations.get(RECONCILE_REQUEST_ANNOTATION) != nm.annotations.get(RECONCILE_REQUEST_ANNOTATION):
+        return True
+    return om.finalizers != nm.finalizers or om.deletion_timestamp != nm.deletion_timestamp
+
+
+class Reconciler(abc.ABC, Generic[ObjT]):
+    """Base of the three reconcilers: reads from the store, writes through the Cluster port."""
+
+    kind: ClassVar[str]
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        cluster: Cluster,
+        recorder: EventRecorder,
+        clock: Clock,
+        *,
+        redactor: Redactor | None = None,
+    ) -> None:
+        self.store = store
+        self.cluster = cluster
+        self.recorder = recorder
+        self.clock = clock
+        self.redact = redactor if redactor is not None else Redactor()
+        self.status_writes = 0  # for tests and debugging: how many status patches were sent
+
+    # ---- the contract with the manager -------------------------------------------------------------
+    @abc.abstractmethod
+    async def reconcile(self, key: Key) -> Result:
+        """Bring one object to its desired state. Never raises for a bad object (only for I/O errors)."""
+
+    @abc.abstractmethod
+    def watch(self, change: Change) -> Iterable[Key]:
+        """Keys of this kind to reconcile because of ``change`` (and update reverse indexes)."""
+
+    def prime(self) -> None:
+        """Index the objects already in the store (those that arrived before we subscribed)."""
+
+    def object_keys(self) -> list[Key]:
+        return self.store.keys(self.kind)
+
+    # ---- helpers ----------------------------------------------------------------------------------
+    @staticmethod
+    def has_finalizer(obj: Object) -> bool:
+        return FINALIZER in obj.metadata.finalizers
+
+    async def add_finalizer(self, obj: ObjT) -> None:
+        await self.cluster.set_finalizers(
+            ObjectRef.of(obj), [*obj.metadata.finalizers, FINALIZER], obj.metadata.resource_version
+        )
+
+    async def remove_finalizer(self, obj: ObjT) -> None:
+        remaining = [f for f in obj.metadata.finalizers if f != FINALIZER]
+        try:
+            await self.cluster.set_finalizers(ObjectRef.of(obj), remaining, obj.metadata.resource_version)
+        except KubeError as exc:
+            if not exc.not_found:  # already gone: nothing left to do
+                raise
+
+    async def write_status(self, obj: ObjT, desired: BaseModel) -> bool:
+        """Patch the status only if it differs from the stored one. Returns True if a patch was sent."""
+        if desired == obj.status:
+            return False
+        body = desired.model_dump(by_alias=True, mode="json", exclude_none=True)
+        try:
+            await self.cluster.patch_status(ObjectRef.of(obj), body)
+        except KubeError as exc:
+            if exc.not_found:  # deleted meanwhile; the deletion is reconciled separately
+                return False
+            raise
+        self.status_writes += 1
+        return True
+
+    async def ready_transition_event(
+        self, obj: ObjT, before: Sequence[Condition], after: Sequence[Condition], ready_message: str
+    ) -> None:
+        """Events for the kinds Flux gives no status (Alert, Provider): one per change of Ready only.
+
+        A converged object resynced every 10 minutes emits nothing; a failing one emits one Warning
+        when it starts failing (and again if the reason or message changes), one Normal when it recovers.
+        """
+        old, new = cond.find(before, cond.READY), cond.find(after, cond.READY)
+        if new is None or new.status == ConditionStatus.UNKNOWN:
+            return
+        if old is not None and (old.status, old.reason, old.message) == (new.status, new.reason, new.message):
+            return
+        if new.status == ConditionStatus.TRUE:
+            await self.recorder.event(ObjectRef.of(obj), NORMAL, new.reason, ready_message)
+        else:
+            await self.warn(obj, new.reason, new.message)
+
+    async def warn(self, obj: ObjT, reason: str, message: str) -> None:
+        await self.recorder.event(ObjectRef.of(obj), WARNING, reason, message)
+
+    @staticmethod
+    def describe(obj: Object) -> str:
+        return f"{obj.KIND}/{obj.metadata.namespace}/{obj.metadata.name}"

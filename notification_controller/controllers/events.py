@@ -1,0 +1,156 @@
+"""Kubernetes Events from the reconcilers, with client-side spam control and masking.
+
+Every Event goes through ``EventRecorder`` before reaching ``Cluster.emit_event``:
+
+* **masking**: message and annotation values pass through the ``Redactor`` (secret values known to the
+  process are replaced by ``*****``); reconcilers must not put secrets in messages, this is the last line
+  of defence;
+* **aggregation**: an Event identical to one sent less than ``window`` (5 min) ago — same object, type,
+  reason and message — is not sent again, only counted (``suppressed``). This mirrors client-go's
+  ``EventCorrelator`` de-duplication, without an API call per repeat;
+* **spam filter**: a token bucket per object (burst 25, one token back every 5 min, client-go's
+  defaults) caps what a flapping object can write. Aggregated repeats do not spend tokens.
+
+Emitting is best effort: an API error is logged, never raised into a reconcile.
+The state is bounded (LRU of ``max_tracked`` entries) so a churn of objects cannot grow memory.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ..core.clock import Clock
+from ..core.redact import Redactor
+from ..store.base import Cluster, ObjectRef
+
+log = logging.getLogger(__name__)
+
+NORMAL = "Normal"
+WARNING = "Warning"
+
+DEFAULT_WINDOW = 300.0
+DEFAULT_BURST = 25
+DEFAULT_REFILL_SECONDS = 300.0
+DEFAULT_MAX_TRACKED = 4096
+
+_ObjKey = tuple[str, str, str, str]  # kind, namespace, name, uid
+_EventKey = tuple[_ObjKey, str, str, str]  # object, type, reason, message
+
+
+@dataclass
+class _Seen:
+    first_sent: float
+    count: int  # repeats aggregated since ``first_sent``
+
+
+@dataclass
+class _Bucket:
+    tokens: float
+    updated: float
+
+
+class EventRecorder:
+    """Send Kubernetes Events about our objects (see the module docstring)."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        clock: Clock,
+        redactor: Redactor | None = None,
+        *,
+        window: float = DEFAULT_WINDOW,
+        burst: int = DEFAULT_BURST,
+        refill_seconds: float = DEFAULT_REFILL_SECONDS,
+        max_tracked: int = DEFAULT_MAX_TRACKED,
+    ) -> None:
+        self._cluster = cluster
+        self._clock = clock
+        self._redact = redactor if redactor is not None else Redactor()
+        self.window = window
+        self.burst = burst
+        self.refill_seconds = refill_seconds
+        self.max_tracked = max_tracked
+        self._seen: OrderedDict[_EventKey, _Seen] = OrderedDict()
+        self._buckets: OrderedDict[_ObjKey, _Bucket] = OrderedDict()
+        self.dropped = 0  # events refused by the spam filter
+        self.failed = 0  # events the API refused
+
+    async def event(
+        self,
+        ref: ObjectRef,
+        type_: str,
+        reason: str,
+        message: str,
+        annotations: Mapping[str, str] | None = None,
+    ) -> bool:
+        """Record an Event; returns True if it was sent to the cluster."""
+        message = self._redact(message)
+        masked_annotations = {k: self._redact(v) for k, v in annotations.items()} if annotations else None
+        obj: _ObjKey = (ref.kind, ref.namespace, ref.name, ref.uid)
+        key: _EventKey = (obj, type_, reason, message)
+        now = self._clock.monotonic()
+
+        seen = self._seen.get(key)
+        if seen is not None and now - seen.first_sent < self.window:
+            seen.count += 1
+            self._seen.move_to_end(key)
+            return False
+
+        if not self._take_token(obj, now):
+            self.dropped += 1
+            log.debug(
+                "event for %s/%s/%s dropped by the spam filter: %s", ref.kind, ref.namespace, ref.name, reason
+            )
+            return False
+
+        self._seen[key] = _Seen(first_sent=now, count=0)
+        self._seen.move_to_end(key)
+        while len(self._seen) > self.max_tracked:
+            self._seen.popitem(last=False)
+        try:
+            await self._cluster.emit_event(ref, type_, reason, message, masked_annotations)
+        except Exception as exc:  # best effort: an Event must never fail a reconcile
+            self.failed += 1
+            log.warning(
+                "failed to record event %s for %s/%s/%s: %s",
+                reason,
+                ref.kind,
+                ref.namespace,
+                ref.name,
+                self._redact(str(exc)),
+            )
+            return False
+        return True
+
+    def suppressed(self, ref: ObjectRef, type_: str, reason: str, message: str) -> int:
+        """How many repeats of this exact Event were aggregated in its current window."""
+        key: _EventKey = ((ref.kind, ref.namespace, ref.name, ref.uid), type_, reason, self._redact(message))
+        seen = self._seen.get(key)
+        return seen.count if seen is not None else 0
+
+    def forget(self, ref: ObjectRef) -> None:
+        """Drop the state of a deleted object."""
+        obj: _ObjKey = (ref.kind, ref.namespace, ref.name, ref.uid)
+        self._buckets.pop(obj, None)
+        for key in [k for k in self._seen if k[0] == obj]:
+            del self._seen[key]
+
+    def _take_token(self, obj: _ObjKey, now: float) -> bool:
+        bucket = self._buckets.get(obj)
+        if bucket is None:
+            bucket = _Bucket(tokens=float(self.burst), updated=now)
+            self._buckets[obj] = bucket
+            while len(self._buckets) > self.max_tracked:
+                self._buckets.popitem(last=False)
+        else:
+            elapsed = max(0.0, now - bucket.updated)
+            bucket.tokens = min(float(self.burst), bucket.tokens + elapsed / self.refill_seconds)
+            bucket.updated = now
+            self._buckets.move_to_end(obj)
+        if bucket.tokens < 1.0:
+            return False
+        bucket.tokens -= 1.0
+        return True

@@ -1,0 +1,200 @@
+"""The Provider reconciler: Flux's finalizer handling (reference §6.2) plus a status Flux does not have.
+
+Flux's ``ProviderReconciler`` only adds and removes ``finalizers.fluxcd.io``; a broken Provider is found
+out when the first notification fails. We also resolve the Provider exactly as the dispatcher will
+(``providers.options.resolve_options`` + ``providers.registry.create_notifier``: spec, Secrets, proxy, TLS
+material, headers, address) and report the outcome in ``status.conditions``:
+
+======================  =====================================================================
+Ready=True  Succeeded   "Provider is ready"
+Ready=False SecretNotFound    a referenced Secret is missing (retried with backoff; also re-checked
+                              when the Secret appears)
+Ready=False ValidationFailed  the spec breaks a CRD rule (``commitStatusExpr`` on a non-git type) +
+                              Stalled=True (terminal)
+Ready=False InvalidCELExpression  ``commitStatusExpr`` does not compile (terminal)
+Ready=False InvalidConfig     the Secret/spec cannot make a notifier: bad URL, proxy, CA PEM, headers
+                              YAML... (terminal until the spec or a referenced Secret changes)
+Ready=False UnsupportedProvider   the type has no implementation here (terminal)
+======================  =====================================================================
+
+Suspended Providers are not reconciled (their status is left as it was), like every Flux controller.
+A change to any referenced Secret (``secretRef``, ``certSecretRef``, ``proxySecretRef``) re-validates the
+Provider: the reconciler keeps a Secret → Providers reverse index fed by store changes.
+Messages are built from error texts that never contain secret values, and are masked once more with the
+values of the Provider's own Secrets (canary-tested).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ..api.common import Condition, ObjectStatus
+from ..api.provider import COMMIT_STATUS_TYPES, Provider
+from ..core import conditions as cond
+from ..core.cel import CELCompileError, OutputType, compile_expression
+from ..core.clock import Clock
+from ..core.redact import Redactor
+from ..errors import ObjectReferenceError, ProviderConfigError
+from ..providers.options import resolve_options
+from ..providers.registry import create_notifier
+from ..store.base import Change, Cluster, Key, ObjectStore
+from .base import DONE, ConditionsDraft, Reconciler, Result, StatusDraft, spec_or_meta_changed
+from .events import EventRecorder
+
+log = logging.getLogger(__name__)
+
+INVALID_CONFIG = "InvalidConfig"
+UNSUPPORTED_PROVIDER = "UnsupportedProvider"
+READY_MESSAGE = "Provider is ready"
+COMMIT_STATUS_VARIABLES = ("event", "alert", "provider")
+
+
+def secret_keys(provider: Provider) -> set[Key]:
+    """The Secrets a Provider reads: ``secretRef``, ``certSecretRef``, ``proxySecretRef``."""
+    ns, spec = provider.metadata.namespace, provider.spec
+    refs = (spec.secret_ref, spec.cert_secret_ref, spec.proxy_secret_ref)
+    return {(ns, ref.name) for ref in refs if ref is not None}
+
+
+class ProviderReconciler(Reconciler[Provider]):
+    kind = "Provider"
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        cluster: Cluster,
+        recorder: EventRecorder,
+        clock: Clock,
+        *,
+        redactor: Redactor | None = None,
+    ) -> None:
+        super().__init__(store, cluster, recorder, clock, redactor=redactor)
+        self._secrets_of: dict[Key, set[Key]] = {}
+        self._by_secret: dict[Key, set[Key]] = {}
+
+    # ---- watches ----------------------------------------------------------------------------------
+    def watch(self, change: Change) -> list[Key]:
+        key = (change.namespace, change.name)
+        if change.kind == "Provider":
+            if isinstance(change.obj, Provider):
+                self._index(change.obj)
+            else:
+                self._unindex(key)
+            return [key] if spec_or_meta_changed(change) else []
+        if change.kind == "Secret":
+            return self.referencing(key)
+        return []
+
+    def prime(self) -> None:
+        for provider in self.store.providers():
+            self._index(provider)
+
+    def referencing(self, secret: Key) -> list[Key]:
+        return sorted(self._by_secret.get(secret, ()))
+
+    def _index(self, provider: Provider) -> None:
+        key = (provider.metadata.namespace, provider.metadata.name)
+        self._unindex(key)
+        secrets = secret_keys(provider)
+        if secrets:
+            self._secrets_of[key] = secrets
+            for secret in secrets:
+                self._by_secret.setdefault(secret, set()).add(key)
+
+    def _unindex(self, key: Key) -> None:
+        for secret in self._secrets_of.pop(key, set()):
+            users = self._by_secret.get(secret)
+            if users is not None:
+                users.discard(key)
+                if not users:
+                    del self._by_secret[secret]
+
+    # ---- reconcile --------------------------------------------------------------------------------
+    async def reconcile(self, key: Key) -> Result:
+        obj = self.store.provider(*key)
+        if obj is None:
+            self._unindex(key)
+            return DONE
+        meta = obj.metadata
+        if meta.deletion_timestamp is not None:
+            if self.has_finalizer(obj):
+                await self.remove_finalizer(obj)
+            return DONE
+
+        draft = StatusDraft(
+            ConditionsDraft(obj.status.conditions),
+            obj.status.observed_generation,
+            obj.status.last_handled_reconcile_at,
+        )
+        if not self.has_finalizer(obj):
+            await self.add_finalizer(obj)
+            result = Result(requeue=True)
+        elif obj.spec.suspend:
+            log.info("Reconciliation is suspended for this object: %s", self.describe(obj))
+            result = DONE
+        else:
+            result = self._validate(obj, draft)
+
+        draft.finish(meta.annotations, meta.generation)
+        conditions = draft.conditions.build(generation=meta.generation, now=self.clock.now())
+        desired = ObjectStatus(
+            conditions=conditions,
+            observed_generation=draft.observed_generation,
+            last_handled_reconcile_at=draft.last_handled_reconcile_at,
+        )
+        await self.write_status(obj, desired)
+        await self.ready_transition_event(obj, obj.status.conditions, conditions, READY_MESSAGE)
+        return result
+
+    def _validate(self, obj: Provider, draft: StatusDraft) -> Result:
+        spec, generation = obj.spec, obj.metadata.generation
+        errors = spec.validation_errors()
+        if errors:
+            return self._terminal(obj, draft, cond.VALIDATION_FAILED, "; ".join(errors), generation)
+        if spec.commit_status_expr is not None and spec.type in COMMIT_STATUS_TYPES:
+            try:
+                compile_expression(
+                    spec.commit_status_expr, variables=COMMIT_STATUS_VARIABLES, output=OutputType.STRING
+                )
+            except CELCompileError as exc:
+                return self._terminal(
+                    obj, draft, cond.INVALID_CEL, f"invalid commitStatusExpr expression: {exc}", generation
+                )
+
+        draft.conditions.mark_reconciling()
+        try:
+            create_notifier(resolve_options(obj, self.store.secret))
+        except ObjectReferenceError as exc:
+            message = self._mask(obj, str(exc))
+            draft.conditions.mark_false(cond.READY, exc.reason, message)
+            return Result(requeue=True, error=message)
+        except ProviderConfigError as exc:
+            reason = INVALID_CONFIG if exc.reason == cond.VALIDATION_FAILED else exc.reason
+            return self._terminal(obj, draft, reason, str(exc), generation)
+        except Exception as exc:  # a notifier constructor bug must not stop the other Providers (D9)
+            log.exception("unexpected error validating %s", self.describe(obj))
+            return self._terminal(
+                obj, draft, INVALID_CONFIG, f"failed to create notifier: {type(exc).__name__}", generation
+            )
+        draft.conditions.mark_true(cond.READY, cond.SUCCEEDED, READY_MESSAGE)
+        return DONE
+
+    def _terminal(
+        self, obj: Provider, draft: StatusDraft, reason: str, error: str, generation: int
+    ) -> Result:
+        message = draft.mark_terminal(reason, self._mask(obj, error), generation)
+        log.warning("%s: %s", self.describe(obj), message)
+        return DONE
+
+    def _mask(self, obj: Provider, text: str) -> str:
+        """Mask the values of the Provider's own Secrets, then every secret the process knows."""
+        values: list[str] = []
+        for ns, name in secret_keys(obj):
+            secret = self.store.secret(ns, name)
+            if secret is not None:
+                values.extend(v.decode("utf-8", errors="replace").strip() for v in secret.data.values())
+        return self.redact(Redactor(values)(text))
+
+
+def ready_condition(provider: Provider) -> Condition | None:
+    return cond.find(provider.status.conditions, cond.READY)

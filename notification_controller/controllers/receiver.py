@@ -1,0 +1,277 @@
+"""The Receiver reconciler: Flux's ``ReceiverReconciler`` (reference §6.3), step for step.
+
+It validates what the webhook server will run (CEL filters, OIDC configuration), reads the token from the
+referenced Secret and publishes ``status.webhookPath`` = ``/hook/sha256(token+name+namespace)``, the path
+the receiver server answers on. Status, conditions and Events keep Flux's exact texts, so ``flux get
+receivers`` and kstatus-based tooling read them unchanged.
+
+The webhook path is a credential for the receiver types that have no signature (``generic``, ``harbor``,
+``quay``...): Flux puts it in the Ready message and in status (kept for compatibility: RBAC on Receivers
+protects it there), but we never log it above debug level — info logs show an 8-character digest prefix.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Sequence
+
+from ..api.receiver import OIDCProvider, Receiver, ReceiverSpec, ReceiverStatus, ReceiverType
+from ..core import conditions as cond
+from ..core.cel import CELCompileError, OutputType, compile_expression
+from ..core.clock import Clock
+from ..core.duration import format_duration
+from ..core.redact import Redactor
+from ..core.webhook import path_digest_prefix, webhook_path
+from ..store.base import Change, Cluster, Key, ObjectRef, ObjectStore
+from .base import DONE, ConditionsDraft, Reconciler, Result, StatusDraft, spec_or_meta_changed
+from .events import NORMAL, EventRecorder
+
+log = logging.getLogger(__name__)
+
+FAILED = "Failed"
+_ISSUER_RE = re.compile(r"^https?://")
+
+
+def _goq(text: str) -> str:
+    """Go's ``%q`` for the plain strings found in object names and kinds."""
+    return json.dumps(text, ensure_ascii=False)
+
+
+def filter_variables(receiver_type: ReceiverType) -> list[str]:
+    """Variables of the resource filters: ``res``, ``req`` (+ ``claims`` for generic-oidc), reference §5.5."""
+    names = ["res", "req"]
+    if receiver_type == ReceiverType.GENERIC_OIDC:
+        names.append("claims")
+    return names
+
+
+def cel_error(spec: ReceiverSpec) -> str | None:
+    """Step 4: compile ``spec.resourceFilter`` and every ``spec.resources[].filter`` as bool expressions."""
+    variables = filter_variables(spec.type)
+    if spec.resource_filter:
+        try:
+            compile_expression(spec.resource_filter, variables=variables, output=OutputType.BOOL)
+        except CELCompileError as exc:
+            return f"invalid resourceFilter expression: {exc}"
+    for i, resource in enumerate(spec.resources):
+        if resource.filter:
+            try:
+                compile_expression(resource.filter, variables=variables, output=OutputType.BOOL)
+            except CELCompileError as exc:
+                return (
+                    f"invalid filter expression for resources[{i}] "
+                    f"(kind={_goq(str(resource.kind))}, name={_goq(resource.name)}): {exc}"
+                )
+    return None
+
+
+def cross_field_error(spec: ReceiverSpec) -> str | None:
+    """Step 5: the CRD's cross-field rules, with the reconciler's messages (reference §6.3)."""
+    oidc = spec.type == ReceiverType.GENERIC_OIDC
+    if oidc and not spec.oidc_providers:
+        return "generic-oidc receiver requires at least one oidcProvider"
+    if not oidc and spec.oidc_providers:
+        return "oidcProviders can only be set when type is generic-oidc"
+    if oidc and spec.secret_ref is not None:
+        return "secretRef cannot be set when type is generic-oidc"
+    if not oidc and spec.secret_ref is None:
+        return "secretRef is required when type is not generic-oidc"
+    return None
+
+
+def oidc_spec_error(providers: Sequence[OIDCProvider]) -> str | None:
+    """Step 6a: ``ValidateOIDCProvidersSpec`` (most of it is also enforced by the CRD schema)."""
+    seen: set[str] = set()
+    for i, provider in enumerate(providers):
+        where = f"oidcProviders[{i}]"
+        if not provider.issuer_url:
+            return f"{where}.issuerURL is required"
+        if not _ISSUER_RE.match(provider.issuer_url):
+            return f"{where}.issuerURL must start with 'http://' or 'https://'"
+        if provider.issuer_url in seen:
+            return f"{where}.issuerURL {_goq(provider.issuer_url)} is duplicated"
+        seen.add(provider.issuer_url)
+        if not provider.validations:
+            return f"{where}.validations must contain at least one validation"
+        for j, variable in enumerate(provider.variables or []):
+            if not variable.name:
+                return f"{where}.variables[{j}].name is required"
+            if not variable.expression:
+                return f"{where}.variables[{j}].expression is required"
+        for j, validation in enumerate(provider.validations):
+            if not validation.expression:
+                return f"{where}.validations[{j}].expression is required"
+            if not validation.message:
+                return f"{where}.validations[{j}].message is required"
+    return None
+
+
+def oidc_cel_error(providers: Sequence[OIDCProvider]) -> str | None:
+    """Step 6b: ``CompileOIDCProviders``: variables (any output) and validations (bool) see ``claims``, ``vars``."""
+    variables = ["claims", "vars"]
+    for i, provider in enumerate(providers):
+        where = f"oidcProviders[{i}]"
+        for j, variable in enumerate(provider.variables or []):
+            try:
+                compile_expression(variable.expression, variables=variables, output=OutputType.ANY)
+            except CELCompileError as exc:
+                return f"invalid expression for {where}.variables[{j}] (name={_goq(variable.name)}): {exc}"
+        for j, validation in enumerate(provider.validations):
+            try:
+                compile_expression(validation.expression, variables=variables, output=OutputType.BOOL)
+            except CELCompileError as exc:
+                return f"invalid expression for {where}.validations[{j}]: {exc}"
+    return None
+
+
+class ReceiverReconciler(Reconciler[Receiver]):
+    kind = "Receiver"
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        cluster: Cluster,
+        recorder: EventRecorder,
+        clock: Clock,
+        *,
+        redactor: Redactor | None = None,
+    ) -> None:
+        super().__init__(store, cluster, recorder, clock, redactor=redactor)
+        self._secret_of: dict[Key, Key] = {}  # receiver -> secret it reads the token from
+        self._by_secret: dict[Key, set[Key]] = {}  # secret -> receivers
+
+    # ---- watches ----------------------------------------------------------------------------------
+    def watch(self, change: Change) -> list[Key]:
+        key = (change.namespace, change.name)
+        if change.kind == "Receiver":
+            if isinstance(change.obj, Receiver):
+                self._index(change.obj)
+            else:
+                self._unindex(key)
+            return [key] if spec_or_meta_changed(change) else []
+        if change.kind == "Secret":
+            return sorted(self._by_secret.get(key, ()))
+        return []
+
+    def prime(self) -> None:
+        for receiver in self.store.receivers():
+            self._index(receiver)
+
+    def referencing(self, secret: Key) -> list[Key]:
+        return sorted(self._by_secret.get(secret, ()))
+
+    def _index(self, receiver: Receiver) -> None:
+        key = (receiver.metadata.namespace, receiver.metadata.name)
+        self._unindex(key)
+        if receiver.spec.secret_ref is not None:
+            secret = (receiver.metadata.namespace, receiver.spec.secret_ref.name)
+            self._secret_of[key] = secret
+            self._by_secret.setdefault(secret, set()).add(key)
+
+    def _unindex(self, key: Key) -> None:
+        secret = self._secret_of.pop(key, None)
+        if secret is not None:
+            users = self._by_secret.get(secret)
+            if users is not None:
+                users.discard(key)
+                if not users:
+                    del self._by_secret[secret]
+
+    # ---- reconcile --------------------------------------------------------------------------------
+    async def reconcile(self, key: Key) -> Result:
+        obj = self.store.receiver(*key)
+        if obj is None:
+            self._unindex(key)
+            return DONE
+        meta = obj.metadata
+        if meta.deletion_timestamp is not None:
+            if self.has_finalizer(obj):
+                await self.remove_finalizer(obj)
+            return DONE
+
+        draft = StatusDraft(
+            ConditionsDraft(obj.status.conditions),
+            obj.status.observed_generation,
+            obj.status.last_handled_reconcile_at,
+        )
+        path = obj.status.webhook_path
+        if not self.has_finalizer(obj):
+            await self.add_finalizer(obj)
+            result = Result(requeue=True)
+        elif obj.spec.suspend:
+            log.info("Reconciliation is suspended for this object: %s", self.describe(obj))
+            result = DONE
+        else:
+            result, path = await self._reconcile(obj, draft)
+
+        draft.finish(meta.annotations, meta.generation)
+        conditions = draft.conditions.build(generation=meta.generation, now=self.clock.now())
+        desired = ReceiverStatus(
+            conditions=conditions,
+            observed_generation=draft.observed_generation,
+            last_handled_reconcile_at=draft.last_handled_reconcile_at,
+            webhook_path=path,
+        )
+        await self.write_status(obj, desired)
+
+        if result.error is not None:
+            await self.warn(obj, FAILED, result.error)
+        elif cond.is_ready(conditions):
+            interval = format_duration(obj.spec.interval_seconds())
+            await self.recorder.event(
+                ObjectRef.of(obj), NORMAL, cond.SUCCEEDED, f"Reconciliation finished, next run in {interval}"
+            )
+        return result
+
+    async def _reconcile(self, obj: Receiver, draft: StatusDraft) -> tuple[Result, str | None]:
+        spec, meta = obj.spec, obj.metadata
+        path = obj.status.webhook_path
+        terminal: tuple[str, str] | None = None
+        error = cel_error(spec)
+        if error is not None:
+            terminal = (cond.INVALID_CEL, error)
+        elif (error := cross_field_error(spec)) is not None:
+            terminal = (cond.VALIDATION_FAILED, error)
+        elif spec.oidc_providers:
+            if (error := oidc_spec_error(spec.oidc_providers)) is not None:
+                terminal = (cond.VALIDATION_FAILED, error)
+            elif (error := oidc_cel_error(spec.oidc_providers)) is not None:
+                terminal = (cond.INVALID_CEL, error)
+        if terminal is not None:
+            reason, error = terminal
+            message = draft.mark_terminal(reason, error, meta.generation)
+            log.warning("%s: %s", self.describe(obj), message)
+            await self.warn(obj, reason, message)
+            return DONE, path
+
+        draft.conditions.mark_reconciling()
+        token, error = self._token(obj)
+        if error is not None:
+            draft.conditions.mark_false(cond.READY, cond.TOKEN_NOT_FOUND, error)
+            return Result(requeue=True, error=error), ""
+
+        new_path = webhook_path(token, meta.name, meta.namespace)
+        draft.conditions.mark_true(cond.READY, cond.SUCCEEDED, f"Receiver initialized for path: {new_path}")
+        if new_path != path:
+            log.info("Receiver %s initialized for path %s", self.describe(obj), path_digest_prefix(new_path))
+            log.debug("Receiver %s webhook path: %s", self.describe(obj), new_path)
+        interval = spec.interval_seconds()
+        return Result(requeue_after=interval if interval > 0 else None), new_path
+
+    def _token(self, obj: Receiver) -> tuple[bytes, str | None]:
+        """Step 8: the raw ``token`` of ``spec.secretRef`` (empty for generic-oidc), with Flux's error texts."""
+        if obj.spec.type == ReceiverType.GENERIC_OIDC or obj.spec.secret_ref is None:
+            return b"", None
+        ns, name = obj.metadata.namespace, obj.spec.secret_ref.name
+        secret = self.store.secret(ns, name)
+        if secret is None:
+            return (
+                b"",
+                f"unable to read token from secret '{ns}/{name}' error: secrets {_goq(name)} not found",
+            )
+        token = secret.data.get("token")
+        if token is None:
+            return b"", f"invalid '{ns}/{name}' secret data: required fields 'token'"
+        return token, None
