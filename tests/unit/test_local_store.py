@@ -74,7 +74,8 @@ def test_multi_document_list_and_other_kinds(tmp_path: Path) -> None:
 )
 def test_invalid_documents_are_reported_and_skipped(tmp_path: Path, document: str, field: str, fragment: str) -> None:
     (tmp_path / "ok.yaml").write_text(GOOD)
-    (tmp_path / "bad.yaml").write_text("---\n" + GOOD.split("---")[0] + "---\n" + document + "\n")
+    other = GOOD.split("---")[0].replace("name: slack", "name: teams")
+    (tmp_path / "bad.yaml").write_text("---\n" + other + "---\n" + document + "\n")
     result = load_directory(tmp_path)
     assert len(result.objects) == 3  # the good documents of both files still load
     [error] = result.errors
@@ -82,6 +83,16 @@ def test_invalid_documents_are_reported_and_skipped(tmp_path: Path, document: st
     assert error.index == 1
     assert error.field == field
     assert fragment in str(error)
+
+
+def test_duplicates_are_reported_and_skipped(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text(GOOD)
+    (tmp_path / "b.yaml").write_text(GOOD.split("---")[0].replace("services/x", "services/other"))
+    result = load_directory(tmp_path)
+    [error] = result.errors
+    assert "duplicate Provider apps/slack (first defined in a.yaml[0])" in str(error)
+    provider = next(o for o in result.objects if isinstance(o, Provider))
+    assert provider.spec.address == "https://hooks.slack.com/services/x"
 
 
 def test_unreadable_yaml_names_the_file_and_line(tmp_path: Path) -> None:
