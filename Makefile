@@ -42,13 +42,16 @@ imports: $(STAMP)
 e2e-server:
 	bash $(E2E_BUILD)
 
+system-deps:
+	bash scripts/system-deps.sh
+
 # The whole suite, e2e included (the real kube-apiserver is built once and cached in ~/.cache).
-test: $(STAMP) lint types imports e2e-server
+test: $(STAMP) lint types imports system-deps e2e-server
 	$(VENV)/bin/pytest -p no:cacheprovider
 
 check: test
 
-unit: $(STAMP)
+unit: $(STAMP) system-deps
 	$(VENV)/bin/pytest -p no:cacheprovider -m "not e2e"
 
 e2e: $(STAMP) e2e-server

@@ -32,6 +32,7 @@ from .dispatch.dispatcher import Dispatcher, DispatchSettings
 from .metrics import EventMetrics
 from .providers.http import OutboundHTTP, RetryPolicy
 from .providers.registry import registered_types
+from .providers.tokens import TokenCache
 from .server.events import create_event_app
 from .server.health import create_health_app
 from .server.metrics import create_metrics_app
@@ -133,6 +134,7 @@ class App:
                 object_level_workload_identity=s.gate("ObjectLevelWorkloadIdentity"),
             ),
             redactor=self.redactor,
+            tokens=TokenCache(),
         )
 
     def _on_change(self, change: Change) -> None:
@@ -147,7 +149,12 @@ class App:
         return self.store.synced and not self._stopping
 
     async def _serve(self, name: str, app: web.Application, addr: str) -> None:
-        runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=5.0)
+        options: dict[str, Any] = {"access_log": None, "handler_cancellation": True}
+        if name == "receiver":
+            from .server.receivers import ReceiverServerSettings, runner_kwargs
+
+            options = runner_kwargs(ReceiverServerSettings())
+        runner = web.AppRunner(app, shutdown_timeout=5.0, **options)
         await runner.setup()
         host, port = split_addr(addr)
         site = web.TCPSite(runner, host, port, reuse_address=True)

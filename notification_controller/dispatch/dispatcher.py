@@ -41,6 +41,7 @@ from ..providers.base import DeliveryContext, Notifier, ProviderOptions
 from ..providers.http import OutboundHTTP
 from ..providers.options import resolve_options
 from ..providers.registry import create_notifier
+from ..providers.tokens import TokenCache
 from ..store.base import Cluster, ObjectRef, ObjectStore
 from .model import Drop, EventSink, Notification, Stage
 
@@ -85,7 +86,7 @@ class Dispatcher:
         *,
         stages: Sequence[Stage] = (),
         redactor: Redactor | None = None,
-        tokens: Any = None,
+        tokens: TokenCache | None = None,
     ) -> None:
         self.store = store
         self.cluster = cluster

@@ -6,7 +6,7 @@ import abc
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from ..api.alert import Alert
 from ..api.event import Event
@@ -15,6 +15,7 @@ from ..core.redact import SecretValue
 
 if TYPE_CHECKING:
     from .http import OutboundHTTP
+    from .tokens import TokenCache
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,10 @@ class ProviderOptions:
         """Values that must never appear in an error, log line or Event."""
         out = [v.reveal().strip() for v in (self.token, self.password, self.proxy) if v]
         out.extend(v for v in self.headers.values() if len(v) >= 4)
+        # Webhook URLs carry their credential in the path or query (Slack, Teams, Discord...).
+        tail = self.address.split("://", 1)[-1].partition("/")[2]
+        if len(tail) >= 4:
+            out.append(tail)
         for key, raw in self.secret_data.items():
             if key in ("username",):
                 continue
@@ -88,7 +93,7 @@ class DeliveryContext:
 
     http: OutboundHTTP
     alert: Alert | None = None
-    tokens: Any = None  # a providers.tokens.TokenCache owned by the dispatcher (GitHub App, cloud tokens)
+    tokens: TokenCache | None = None  # owned by the dispatcher (GitHub App and cloud tokens)
 
 
 class Notifier(Protocol):

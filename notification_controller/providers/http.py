@@ -11,6 +11,7 @@ authenticated request must never be replayed to another host, checklist E7).
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import ssl
 from collections.abc import Callable, Mapping, Sequence
@@ -126,15 +127,17 @@ class OutboundHTTP:
         self.attempts += 1
         url = request.url
         origin = _origin(url)
-        auth = aiohttp.BasicAuth(*request.basic_auth) if request.basic_auth else None
+        headers = dict(request.headers)
+        if request.basic_auth:  # set by hand: aiohttp.BasicAuth is deprecated in aiohttp 3.14
+            user, password = request.basic_auth
+            headers["Authorization"] = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
         try:
             for _ in range(MAX_REDIRECTS + 1):
                 async with self.session.request(
                     request.method,
                     url,
                     data=request.body if request.body else None,
-                    headers=dict(request.headers),
-                    auth=auth,
+                    headers=headers,
                     proxy=proxy,
                     ssl=tls if tls is not None else True,
                     allow_redirects=False,

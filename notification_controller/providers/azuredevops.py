@@ -1,0 +1,142 @@
+"""``azuredevops``: commit statuses on Azure DevOps Repos (reference §4.2).
+
+The address is ``https://dev.azure.com/<org>/<project>/_git/<repo>`` (four path components); the
+organisation URL is ``<host>/<org>``. One delivery = ``GET {org}/{project}/_apis/git/repositories/{repo}/
+commits/{sha}/statuses``; skip when the first status with our context (name and genre) has the same state
+and description; else ``POST`` to the same URL with ``{"context":{"genre","name"},"description","state"}``.
+The context name is the commit status id, the genre ``fluxcd`` (``fluxcd:<summary>`` when the event
+carries a ``summary``). ``info`` → ``succeeded``, ``error`` → ``error``; ``Progressing`` skipped. Auth: the
+Secret's ``token`` is a personal access token (basic auth with an empty user). TLS settings apply.
+
+Deviations: we call the REST API directly with ``?api-version=6.0`` (Flux's SDK discovers the resource
+location first); managed identity (Flux's fallback when ``token`` is empty) is not available here, so an
+empty token is a configuration error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from ..api.event import Event
+from ..api.provider import ProviderType
+from ..core.gojson import GoStruct
+from ..errors import ProviderConfigError
+from .base import DeliveryContext, OutboundRequest, ProviderOptions
+from .gitcommon import (
+    Caller,
+    basic_auth,
+    commit_sha,
+    commit_status_id,
+    format_name_and_description,
+    go_json,
+    go_quote,
+    is_progressing,
+    json_list,
+    parse_git_address,
+    path_segment,
+    require_web_host,
+    severity_state,
+    split_repo_id,
+    str_field,
+)
+from .registry import register
+
+API_VERSION = "6.0"
+GENRE = "fluxcd"
+
+
+@dataclass(frozen=True)
+class AzureDevOpsStatus:
+    sha: str
+    state: str
+    description: str
+    name: str
+    genre: str
+
+
+def azure_devops_state(event: Event) -> str:
+    return severity_state(event, "succeeded", "error", "azure devops")
+
+
+def duplicate_azure_devops_status(statuses: list[dict[str, Any]], status: AzureDevOpsStatus) -> bool:
+    """The first listed status with the same context name and genre decides."""
+    for item in statuses:
+        if (
+            str_field(item, "context", "name") == status.name
+            and str_field(item, "context", "genre") == status.genre
+        ):
+            return (
+                str_field(item, "state") == status.state
+                and str_field(item, "description") == status.description
+            )
+    return False
+
+
+@register
+class AzureDevOpsNotifier:
+    type: ClassVar[ProviderType] = ProviderType.AZURE_DEVOPS
+    uses_proxy: ClassVar[bool] = False
+    uses_tls: ClassVar[bool] = True
+
+    def __init__(self, opts: ProviderOptions) -> None:
+        self.opts = opts
+        self.token = opts.token_text
+        if not self.token:
+            raise ProviderConfigError(
+                "azure devops token cannot be empty: managed identity is not supported by this controller, "
+                "set the 'token' key of the Secret to a personal access token"
+            )
+        parsed = parse_git_address(opts.address)
+        comps = split_repo_id(parsed.id, 4)
+        if comps is None:
+            raise ProviderConfigError(f"invalid repository id {go_quote(parsed.id)}")
+        require_web_host(parsed)
+        org, self.project, _, self.repo = comps
+        self.org_url = f"{parsed.host}/{path_segment(org)}"
+
+    def _url(self, sha: str) -> str:
+        return (
+            f"{self.org_url}/{path_segment(self.project)}/_apis/git/repositories/{path_segment(self.repo)}"
+            f"/commits/{path_segment(sha)}/statuses?api-version={API_VERSION}"
+        )
+
+    def _headers(self, *, body: bool = False) -> dict[str, str]:
+        headers = {"Accept": "application/json", "Authorization": basic_auth("", self.token)}
+        if body:
+            headers["Content-Type"] = "application/json"
+        return headers
+
+    def build_status(self, event: Event) -> AzureDevOpsStatus | None:
+        if is_progressing(event):
+            return None
+        sha = commit_sha(event)
+        state = azure_devops_state(event)
+        _, description = format_name_and_description(event)
+        summary = event.metadata.get("summary")
+        genre = f"{GENRE}:{summary}" if summary else GENRE
+        return AzureDevOpsStatus(sha, state, description, commit_status_id(self.opts, event), genre)
+
+    def list_request(self, status: AzureDevOpsStatus) -> OutboundRequest:
+        return OutboundRequest("GET", self._url(status.sha), self._headers())
+
+    def create_request(self, status: AzureDevOpsStatus) -> OutboundRequest:
+        body = go_json(
+            GoStruct(
+                context=GoStruct(genre=status.genre, name=status.name),
+                description=status.description,
+                state=status.state,
+            )
+        )
+        return OutboundRequest("POST", self._url(status.sha), self._headers(body=True), body)
+
+    async def post(self, event: Event, ctx: DeliveryContext) -> None:
+        status = self.build_status(event)
+        if status is None:
+            return
+        call = Caller(ctx, self.opts)
+        listing = await call.send_json(self.list_request(status), what="could not list commit statuses")
+        values = listing.get("value") if isinstance(listing, dict) else listing
+        if duplicate_azure_devops_status(json_list(values), status):
+            return
+        await call.send(self.create_request(status), what="could not create commit status")

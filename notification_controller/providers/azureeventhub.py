@@ -1,0 +1,185 @@
+"""``azureeventhub``: send the event JSON to an Azure Event Hub (reference §4.1, §4.5).
+
+Two configurations, as in Flux:
+
+* **SAS connection string** — the address is ``Endpoint=sb://<ns>.servicebus.windows.net/;
+  SharedAccessKeyName=<name>;SharedAccessKey=<key>;EntityPath=<hub>`` (the Secret's ``address``); the
+  Secret must then have no ``token`` and the Provider no ``serviceAccountName``. Each request carries a
+  SAS token (``SharedAccessSignature sr=..&sig=..&se=..&skn=..``, HMAC-SHA256 with the key, valid one hour).
+* **Static JWT** (deprecated in Flux) — the address is the hub name, ``spec.channel`` the namespace
+  (``.servicebus.windows.net`` appended unless it contains ``.servicebus.``; the China and US Government
+  clouds are chosen with ``AZURE_AUTHORITY_HOST``), and the Secret's ``token`` is sent as a bearer token.
+
+Flux uses the AMQP SDK; we use the Event Hubs REST API (``POST https://<ns>/<hub>/messages``), which
+delivers one event with the same body. Managed/workload identity (Flux's fallback when there is no token)
+is not available to this controller and is reported as a configuration error.
+
+Local emulators and tests: an ``Endpoint=http://host:port/`` in the connection string, or a
+``http(s)://host:port`` URL as the namespace, is used as given (plain HTTP for ``http://``).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import os
+import time
+from dataclasses import dataclass
+from typing import ClassVar
+from urllib.parse import quote, quote_plus, urlsplit
+
+from ..api.event import Event
+from ..api.provider import ProviderType
+from ..errors import ProviderConfigError
+from .base import DeliveryContext, OutboundRequest, ProviderOptions
+from .gitcommon import Caller, path_segment
+from .registry import register
+
+API_VERSION = "2014-01"
+SAS_LIFETIME = 3600
+CONTENT_TYPE = "application/atom+xml;type=entry;charset=utf-8"
+
+
+def eventhub_suffix() -> str:
+    authority = os.environ.get("AZURE_AUTHORITY_HOST", "")
+    if "chinacloudapi.cn" in authority:
+        return ".servicebus.chinacloudapi.cn"
+    if "microsoftonline.us" in authority:
+        return ".servicebus.usgovcloudapi.net"
+    return ".servicebus.windows.net"
+
+
+def namespace_base(namespace: str) -> str:
+    """``https://<fully qualified namespace>`` (or the given http(s) URL, for emulators and tests)."""
+    if namespace.startswith(("http://", "https://")):
+        return namespace.rstrip("/")
+    host = namespace if ".servicebus." in namespace else namespace + eventhub_suffix()
+    return f"https://{host}"
+
+
+@dataclass(frozen=True)
+class ConnectionString:
+    """The parts of an Event Hubs SAS connection string."""
+
+    base: str  # scheme://host[:port]
+    key_name: str
+    key: str
+    entity: str
+
+    def __repr__(self) -> str:
+        return f"ConnectionString(base={self.base!r}, key_name={self.key_name!r}, entity={self.entity!r})"
+
+    @classmethod
+    def parse(cls, text: str) -> ConnectionString:
+        fields: dict[str, str] = {}
+        for part in text.split(";"):
+            name, sep, value = part.strip().partition("=")
+            if sep:
+                fields[name.strip().lower()] = value.strip()
+        endpoint = fields.get("endpoint", "")
+        if not endpoint:
+            raise ProviderConfigError(
+                "failed to create a eventhub using SAS: connection string has no Endpoint"
+            )
+        try:
+            parts = urlsplit(endpoint)
+            parts.port  # noqa: B018
+        except ValueError as exc:
+            raise ProviderConfigError("failed to create a eventhub using SAS: invalid Endpoint") from exc
+        if not parts.hostname or parts.scheme not in ("sb", "amqps", "https", "http"):
+            raise ProviderConfigError(
+                "failed to create a eventhub using SAS: Endpoint must be sb://<namespace>/ (or http(s)://host for emulators)"
+            )
+        scheme = (
+            "http" if parts.scheme == "http" or fields.get("usedevelopmentemulator") == "true" else "https"
+        )
+        key_name, key = fields.get("sharedaccesskeyname", ""), fields.get("sharedaccesskey", "")
+        if not key_name or not key:
+            raise ProviderConfigError(
+                "failed to create a eventhub using SAS: connection string needs SharedAccessKeyName and SharedAccessKey"
+            )
+        entity = fields.get("entitypath", "")
+        if not entity:
+            raise ProviderConfigError(
+                "failed to create a eventhub using SAS: connection string does not contain an EntityPath. "
+                "eventHub cannot be an empty string"
+            )
+        return cls(f"{scheme}://{parts.netloc.rpartition('@')[2]}", key_name, key, entity)
+
+
+def sas_token(resource_uri: str, key_name: str, key: str, now: float) -> str:
+    """An Azure Service Bus SAS token for ``resource_uri``, valid ``SAS_LIFETIME`` seconds from ``now``."""
+    encoded_uri = quote_plus(resource_uri)
+    expiry = str(int(now) + SAS_LIFETIME)
+    digest = hmac.new(key.encode(), f"{encoded_uri}\n{expiry}".encode(), hashlib.sha256).digest()
+    signature = quote(base64.b64encode(digest).decode("ascii"), safe="")
+    return (
+        f"SharedAccessSignature sr={encoded_uri}&sig={signature}&se={expiry}&skn={quote(key_name, safe='')}"
+    )
+
+
+@register
+class AzureEventHubNotifier:
+    type: ClassVar[ProviderType] = ProviderType.AZURE_EVENT_HUB
+    uses_proxy: ClassVar[bool] = False
+    uses_tls: ClassVar[bool] = False  # Flux uses the proxy only for managed identity tokens
+
+    def __init__(self, opts: ProviderOptions) -> None:
+        self.opts = opts
+        address, token = opts.address, opts.token_text
+        account = (opts.provider.spec.service_account_name or "") if opts.provider else ""
+        prefix = "invalid authentication options"
+        if not address:
+            raise ProviderConfigError(f"{prefix}: endpoint URL cannot be empty")
+        self.sas: ConnectionString | None = None
+        if "SharedAccessKey" in address:
+            if account:
+                raise ProviderConfigError(
+                    f"{prefix}: serviceAccountName and SAS authentication cannot be set at the same time"
+                )
+            if token:
+                raise ProviderConfigError(
+                    f"{prefix}: jwt token and SAS authentication cannot be set at the same time"
+                )
+            self.sas = ConnectionString.parse(address)
+            self.base, self.hub = self.sas.base, self.sas.entity
+        else:
+            if account and token:
+                raise ProviderConfigError(
+                    f"{prefix}: serviceAccountName and jwt token authentication cannot be set at the same time"
+                )
+            if not token:
+                raise ProviderConfigError(
+                    "failed to create a eventhub using managed identity: managed identity is not supported by "
+                    "this controller; use a SAS connection string as the address or a JWT in the Secret's 'token' key"
+                )
+            if not opts.channel:
+                raise ProviderConfigError(
+                    "failed to create a eventhub using authentication token: the Event Hubs namespace "
+                    "(spec.channel) cannot be empty"
+                )
+            self.base, self.hub = namespace_base(opts.channel), address
+        self.resource_uri = f"{self.base}/{self.hub}"
+
+    def authorization(self, now: float) -> str:
+        if self.sas is not None:
+            resource = "https://" + self.resource_uri.split("://", 1)[1]
+            return sas_token(resource, self.sas.key_name, self.sas.key, now)
+        return f"Bearer {self.opts.token_text}"
+
+    def build_request(self, event: Event, now: float | None = None) -> OutboundRequest:
+        url = f"{self.base}/{path_segment(self.hub)}/messages?timeout=60&api-version={API_VERSION}"
+        headers = {
+            "Content-Type": CONTENT_TYPE,
+            "Authorization": self.authorization(time.time() if now is None else now),
+        }
+        return OutboundRequest("POST", url, headers, event.to_go_json())
+
+    async def post(self, event: Event, ctx: DeliveryContext) -> None:
+        call = Caller(ctx, self.opts)
+        request = self.build_request(event)
+        call.add_mask(request.headers["Authorization"].split(" ", 1)[1])
+        if self.sas is not None:
+            call.add_mask(self.sas.key)
+        await call.send(request, what="failed to send msg", tls=False)

@@ -1,0 +1,146 @@
+"""``bitbucket``: build statuses on Bitbucket Cloud (reference §4.2).
+
+The repository is ``owner/repo`` from the address (its host is ignored: the API is Bitbucket Cloud's,
+``https://api.bitbucket.org/2.0``). The status key is the hex SHA-1 of the commit status id (Bitbucket
+limits keys to 40 characters). One delivery = ``GET /repositories/{o}/{r}/commit/{sha}/statuses/build/{key}``
+(404 = none yet); skip when it has the same state and description; else ``POST /repositories/{o}/{r}/
+commit/{sha}/statuses/build`` with ``{"key","url":"https://bitbucket.org","state","name","description"}``.
+``info`` → ``SUCCESSFUL``, ``error`` → ``FAILED``; ``Progressing`` skipped. Auth: the Secret's ``token``
+must be ``<user>:<app password>`` (HTTP basic). TLS settings apply; the proxy does not (as in Flux).
+
+Testing: the API base URL can be replaced with the environment variable ``NC_BITBUCKET_API_URL`` (read when
+the notifier is built). It exists for tests and API-compatible mirrors only; Provider and Secret keys stay
+exactly Flux's, so manifests remain portable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from ..api.event import Event
+from ..api.provider import ProviderType
+from ..core.gojson import GoStruct
+from ..errors import DeliveryError, ProviderConfigError
+from .base import DeliveryContext, OutboundRequest, ProviderOptions
+from .gitcommon import (
+    Caller,
+    basic_auth,
+    commit_sha,
+    commit_status_id,
+    format_name_and_description,
+    go_json,
+    go_quote,
+    is_not_found,
+    is_progressing,
+    parse_git_address,
+    path_segment,
+    severity_state,
+    split_repo_id,
+    str_field,
+)
+from .registry import register
+from .validation import require_url
+
+API_URL_ENV = "NC_BITBUCKET_API_URL"
+
+
+def sha1_hex(text: str) -> str:
+    return hashlib.sha1(text.encode("utf-8", errors="surrogateescape"), usedforsecurity=False).hexdigest()
+
+
+@dataclass(frozen=True)
+class BitbucketStatus:
+    sha: str
+    key: str
+    state: str
+    name: str
+    description: str
+
+
+def bitbucket_state(event: Event) -> str:
+    return severity_state(event, "SUCCESSFUL", "FAILED", "bitbucket")
+
+
+def duplicate_bitbucket_status(existing: Any, status: BitbucketStatus) -> bool:
+    """The status stored under our key has the same state and description."""
+    if not isinstance(existing, dict):
+        return False
+    return (str_field(existing, "state") or "") == status.state and (
+        str_field(existing, "description") or ""
+    ) == status.description
+
+
+@register
+class BitbucketNotifier:
+    type: ClassVar[ProviderType] = ProviderType.BITBUCKET
+    uses_proxy: ClassVar[bool] = False
+    uses_tls: ClassVar[bool] = True
+    API_BASE: ClassVar[str] = "https://api.bitbucket.org/2.0"
+
+    def __init__(self, opts: ProviderOptions) -> None:
+        self.opts = opts
+        token = opts.token_text
+        if not token:
+            raise ProviderConfigError("bitbucket token cannot be empty")
+        parsed = parse_git_address(opts.address)
+        comps = token.split(":")
+        if len(comps) != 2:
+            raise ProviderConfigError("invalid token format, expected to be <user>:<password>")
+        self.username, self.password = comps
+        repo = split_repo_id(parsed.id, 2)
+        if repo is None:
+            raise ProviderConfigError(f"invalid repository id {go_quote(parsed.id)}")
+        self.owner, self.repo = repo
+        override = os.environ.get(API_URL_ENV, "").strip()
+        self.api_base = require_url(override, what=API_URL_ENV).rstrip("/") if override else self.API_BASE
+
+    def _url(self, sha: str, *parts: str) -> str:
+        base = f"{self.api_base}/repositories/{path_segment(self.owner)}/{path_segment(self.repo)}"
+        return f"{base}/commit/{path_segment(sha)}/statuses/build" + "".join(f"/{p}" for p in parts)
+
+    def _headers(self, *, body: bool = False) -> dict[str, str]:
+        headers = {"Accept": "application/json", "Authorization": basic_auth(self.username, self.password)}
+        if body:
+            headers["Content-Type"] = "application/json"
+        return headers
+
+    def build_status(self, event: Event) -> BitbucketStatus | None:
+        if is_progressing(event):
+            return None
+        sha = commit_sha(event)
+        state = bitbucket_state(event)
+        name, description = format_name_and_description(event)
+        return BitbucketStatus(sha, sha1_hex(commit_status_id(self.opts, event)), state, name, description)
+
+    def get_request(self, status: BitbucketStatus) -> OutboundRequest:
+        return OutboundRequest("GET", self._url(status.sha, path_segment(status.key)), self._headers())
+
+    def create_request(self, status: BitbucketStatus) -> OutboundRequest:
+        body = go_json(
+            GoStruct(
+                key=status.key,
+                url="https://bitbucket.org",
+                state=status.state,
+                name=status.name,
+                description=status.description,
+            )
+        )
+        return OutboundRequest("POST", self._url(status.sha), self._headers(body=True), body)
+
+    async def post(self, event: Event, ctx: DeliveryContext) -> None:
+        status = self.build_status(event)
+        if status is None:
+            return
+        call = Caller(ctx, self.opts)
+        try:
+            existing = await call.send_json(self.get_request(status), what="could not get commit status")
+        except DeliveryError as exc:
+            if not is_not_found(exc):
+                raise
+            existing = None
+        if duplicate_bitbucket_status(existing, status):
+            return
+        await call.send(self.create_request(status), what="could not create commit status")

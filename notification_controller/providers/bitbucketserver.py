@@ -1,0 +1,194 @@
+"""``bitbucketserver``: build statuses on Bitbucket Server / Data Center (reference §4.2).
+
+The address must be the repository's http(s) clone URL, ``<base>[/<context>]/scm/<PROJECT>/<repo>.git``;
+what precedes the last ``/scm/`` is the context path. One delivery =
+``GET <base><context>/rest/api/latest/projects/{p}/repos/{r}/commits/{sha}/builds?key=<key>`` (404 = none);
+skip when it returns the same key, state, description and name; else ``POST`` to the same URL with
+``{"description","key","name","state","url":<address>}`` and the headers ``x-atlassian-token: no-check``
+and ``x-requested-with: XMLHttpRequest``. The key is the hex SHA-1 of the commit status id; the name is
+``<lower(kind/name)> [<description>]`` (Bitbucket shows it). Auth: ``Bearer <token>``, else basic auth with
+the username and password. ``info`` → ``SUCCESSFUL``, ``error`` → ``FAILED``; ``Progressing`` skipped.
+TLS settings apply; the proxy does not (as in Flux).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+from urllib.parse import quote, urlsplit, urlunsplit
+
+from ..api.event import Event
+from ..api.provider import ProviderType
+from ..core.gojson import GoStruct
+from ..errors import DeliveryError, PermanentDeliveryError, ProviderConfigError
+from .base import DeliveryContext, OutboundRequest, ProviderOptions
+from .bitbucket import sha1_hex
+from .gitcommon import (
+    Caller,
+    basic_auth,
+    commit_sha,
+    commit_status_id,
+    format_name_and_description,
+    go_json,
+    go_quote,
+    is_not_found,
+    is_progressing,
+    path_segment,
+    str_field,
+)
+from .registry import register
+
+SCM = "/scm/"
+
+
+def parse_bitbucket_server_address(address: str) -> str:
+    """The ``.../commits`` URL of the repository (Flux's ``parseBitbucketServerGitAddress``); userinfo dropped."""
+    try:
+        parts = urlsplit(address)
+        parts.port  # noqa: B018
+    except ValueError as exc:
+        raise ProviderConfigError("could not parse git address: invalid URL") from exc
+    if parts.scheme not in ("http", "https"):
+        raise ProviderConfigError(
+            f"could not parse git address: unsupported scheme type in address: {parts.scheme}. Must be http or https"
+        )
+    path = parts.path
+    if path.endswith(".git"):
+        path = path[: -len(".git")]
+    index = path.rfind(SCM)
+    if index < 0:
+        raise ProviderConfigError(
+            "could not parse git address: supplied provider address is not http(s) git clone url"
+        )
+    context, repo_id = path[:index], path[index + len(SCM) :]
+    comps = repo_id.split("/")
+    if len(comps) != 2 or any(c in ("", ".", "..") for c in comps):
+        raise ProviderConfigError(f"could not parse git address: invalid repository id {go_quote(repo_id)}")
+    if not parts.hostname:
+        raise ProviderConfigError("could not parse git address: the address has no host")
+    netloc = parts.netloc.rpartition("@")[2]
+    commits = (
+        f"{context}/rest/api/latest/projects/{path_segment(comps[0])}/repos/{path_segment(comps[1])}/commits"
+    )
+    return urlunsplit((parts.scheme, netloc, commits, "", ""))
+
+
+def without_userinfo(address: str) -> str:
+    """The address as sent in the status ``url``: credentials in a clone URL never leave the controller."""
+    parts = urlsplit(address)
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
+@dataclass(frozen=True)
+class BitbucketServerStatus:
+    sha: str
+    key: str
+    state: str
+    name: str
+    description: str
+
+
+def bitbucket_server_state(event: Event) -> str:
+    if event.severity == "info":
+        return "SUCCESSFUL"
+    if event.severity == "error":
+        return "FAILED"
+    raise PermanentDeliveryError(
+        "couldn't convert to bitbucket server state: bitbucket server state generated on info or error events only",
+        reason="invalid_event",
+    )
+
+
+def duplicate_bitbucket_server_status(existing: Any, status: BitbucketServerStatus) -> bool:
+    if not isinstance(existing, dict):
+        return False
+    return (
+        (str_field(existing, "key") or "") == status.key
+        and (str_field(existing, "state") or "") == status.state
+        and (str_field(existing, "description") or "") == status.description
+        and (str_field(existing, "name") or "") == status.name
+    )
+
+
+@register
+class BitbucketServerNotifier:
+    type: ClassVar[ProviderType] = ProviderType.BITBUCKET_SERVER
+    uses_proxy: ClassVar[bool] = False
+    uses_tls: ClassVar[bool] = True
+
+    def __init__(self, opts: ProviderOptions) -> None:
+        self.opts = opts
+        self.commits_url = parse_bitbucket_server_address(opts.address)
+        self.address = without_userinfo(opts.address)
+        token, username, password = opts.token_text, opts.username, opts.password_text
+        if not token and (not username or not password):
+            raise ProviderConfigError(
+                "invalid credentials, expected to be one of username/password or API Token"
+            )
+        self.authorization = f"Bearer {token}" if token else basic_auth(username, password)
+
+    def _headers(self, *, body: bool = False) -> dict[str, str]:
+        headers = {
+            "Authorization": self.authorization,
+            "x-atlassian-token": "no-check",
+            "x-requested-with": "XMLHttpRequest",
+        }
+        if body:
+            headers["Content-Type"] = "application/json"
+        return headers
+
+    def build_status(self, event: Event) -> BitbucketServerStatus | None:
+        if is_progressing(event):
+            return None
+        try:
+            sha = commit_sha(event)
+        except PermanentDeliveryError as exc:
+            if str(exc) == "missing revision metadata":
+                raise
+            raise PermanentDeliveryError(f"could not parse revision: {exc}", reason=exc.reason) from None
+        state = bitbucket_server_state(event)
+        name, description = format_name_and_description(event)
+        return BitbucketServerStatus(
+            sha, sha1_hex(commit_status_id(self.opts, event)), state, f"{name} [{description}]", description
+        )
+
+    def builds_url(self, sha: str) -> str:
+        return f"{self.commits_url}/{path_segment(sha)}/builds"
+
+    def get_request(self, status: BitbucketServerStatus) -> OutboundRequest:
+        return OutboundRequest(
+            "GET", f"{self.builds_url(status.sha)}?key={quote(status.key, safe='')}", self._headers()
+        )
+
+    def create_request(self, status: BitbucketServerStatus) -> OutboundRequest:
+        payload = GoStruct()
+        if status.description:
+            payload["description"] = status.description
+        payload["key"] = status.key
+        if status.name:
+            payload["name"] = status.name
+        payload["state"] = status.state
+        payload["url"] = self.address
+        body = go_json(payload, newline=True)
+        return OutboundRequest("POST", self.builds_url(status.sha), self._headers(body=True), body)
+
+    async def post(self, event: Event, ctx: DeliveryContext) -> None:
+        status = self.build_status(event)
+        if status is None:
+            return
+        call = Caller(ctx, self.opts)
+        try:
+            existing = await call.send_json(
+                self.get_request(status),
+                what="could not get existing commit status: failed api call to check duplicate commit status",
+            )
+        except DeliveryError as exc:
+            if not is_not_found(exc):
+                raise
+            existing = None
+        if duplicate_bitbucket_server_status(existing, status):
+            return
+        await call.send(
+            self.create_request(status),
+            what="could not post build status: could not post build commit status",
+        )

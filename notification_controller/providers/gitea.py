@@ -1,0 +1,150 @@
+"""``gitea``: commit statuses on Gitea and Forgejo (reference §4.2).
+
+One delivery = ``GET /api/v1/repos/{o}/{r}/commits/{sha}/statuses?page=0&limit=50``; skip when the first
+status with our context has the same state and description; else ``POST /api/v1/repos/{o}/{r}/statuses/{sha}``
+with ``{"state","target_url":"","description","context"}``. Unlike the other forges, ``Progressing`` events
+are posted as ``pending``; ``info`` → ``success``, ``error`` → ``failure``. Auth: ``Authorization: token <T>``
+(the Secret's ``token``, else ``password``). Proxy and TLS settings apply.
+
+Deviation: Flux's Gitea SDK asks the server for its version (``GET /api/v1/version``) when the notifier is
+built; we build notifiers without I/O and skip that call (it only gates SDK features we do not use).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from ..api.event import Event
+from ..api.provider import ProviderType
+from ..core.gojson import GoStruct
+from ..errors import ProviderConfigError
+from .base import DeliveryContext, OutboundRequest, ProviderOptions
+from .gitcommon import (
+    Caller,
+    commit_sha,
+    commit_status_id,
+    format_name_and_description,
+    go_json,
+    go_quote,
+    is_progressing,
+    json_list,
+    parse_git_address,
+    path_segment,
+    require_web_host,
+    severity_state,
+    split_repo_id,
+    str_field,
+    token_or_password,
+)
+from .registry import register
+
+
+@dataclass(frozen=True)
+class GiteaRepo:
+    host: str
+    owner: str
+    repo: str
+
+    @classmethod
+    def from_address(cls, address: str) -> GiteaRepo:
+        parsed = parse_git_address(address)
+        comps = split_repo_id(parsed.id, 2)
+        if comps is None:
+            raise ProviderConfigError(f"invalid repository id {go_quote(parsed.id)}")
+        require_web_host(parsed)
+        return cls(parsed.host, comps[0], comps[1])
+
+    def url(self, *parts: str) -> str:
+        return f"{self.host}/api/v1/repos/{path_segment(self.owner)}/{path_segment(self.repo)}/" + "/".join(
+            parts
+        )
+
+    def api(self, path: str) -> str:
+        return f"{self.host}/api/v1/{path}"
+
+
+def gitea_token(opts: ProviderOptions) -> str:
+    token = token_or_password(opts)
+    if not token:
+        raise ProviderConfigError("gitea token cannot be empty")
+    return token
+
+
+def gitea_headers(token: str, *, body: bool = False) -> dict[str, str]:
+    headers = {"Accept": "application/json", "Authorization": f"token {token}"}
+    if body:
+        headers["Content-Type"] = "application/json"
+    return headers
+
+
+@dataclass(frozen=True)
+class GiteaStatus:
+    sha: str
+    state: str
+    description: str
+    context: str
+
+
+def gitea_state(event: Event) -> str:
+    if is_progressing(event):
+        return "pending"
+    return severity_state(event, "success", "failure", "gitea")
+
+
+def duplicate_gitea_status(statuses: list[dict[str, Any]], status: GiteaStatus) -> bool:
+    """The first listed status with our context (and non-empty fields) decides."""
+    for item in statuses:
+        context, state, description = (
+            str_field(item, "context"),
+            str_field(item, "status"),
+            str_field(item, "description"),
+        )
+        if state is None:
+            state = str_field(item, "state")
+        if not context or not state or not description:
+            continue
+        if context == status.context:
+            return state == status.state and description == status.description
+    return False
+
+
+@register
+class GiteaNotifier:
+    type: ClassVar[ProviderType] = ProviderType.GITEA
+    uses_proxy: ClassVar[bool] = True
+    uses_tls: ClassVar[bool] = True
+
+    def __init__(self, opts: ProviderOptions) -> None:
+        self.opts = opts
+        self.token = gitea_token(opts)
+        self.repo = GiteaRepo.from_address(opts.address)
+
+    def build_status(self, event: Event) -> GiteaStatus:
+        sha = commit_sha(event)
+        state = gitea_state(event)
+        _, description = format_name_and_description(event)
+        return GiteaStatus(sha, state, description, commit_status_id(self.opts, event))
+
+    def list_request(self, status: GiteaStatus) -> OutboundRequest:
+        url = self.repo.url("commits", path_segment(status.sha), "statuses") + "?page=0&limit=50"
+        return OutboundRequest("GET", url, gitea_headers(self.token))
+
+    def create_request(self, status: GiteaStatus) -> OutboundRequest:
+        body = go_json(
+            GoStruct(
+                state=status.state, target_url="", description=status.description, context=status.context
+            )
+        )
+        url = self.repo.url("statuses", path_segment(status.sha))
+        return OutboundRequest("POST", url, gitea_headers(self.token, body=True), body)
+
+    async def post(self, event: Event, ctx: DeliveryContext) -> None:
+        status = self.build_status(event)
+        call = Caller(ctx, self.opts)
+        listing = await call.send_json(
+            self.list_request(status), what="could not list commit statuses", proxy=True
+        )
+        if duplicate_gitea_status(json_list(listing), status):
+            return
+        await call.send(self.create_request(status), what="could not create commit status", proxy=True)

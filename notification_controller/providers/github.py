@@ -1,0 +1,135 @@
+"""``github``: commit statuses on GitHub and GitHub Enterprise (reference §4.2).
+
+One delivery = list the commit's statuses (``GET /repos/{o}/{r}/commits/{sha}/statuses?per_page=50``),
+skip when the first status with our context already has the same state and description, else create
+one (``POST /repos/{o}/{r}/statuses/{sha}`` with ``{"state","description","context"}``). ``Progressing``
+events are skipped; ``info`` → ``success``, ``error`` → ``failure``. The context is the commit status id
+the dispatcher computed (``spec.commitStatusExpr`` or the default formula). Authentication: see
+``githubapp``. The TLS settings apply to GitHub Enterprise only (as in Flux); the proxy only to the
+GitHub App token exchange.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from ..api.event import Event
+from ..api.provider import ProviderType
+from ..core.gojson import GoStruct
+from ..errors import ProviderConfigError
+from .base import DeliveryContext, OutboundRequest, ProviderOptions
+from .gitcommon import (
+    Caller,
+    commit_sha,
+    commit_status_id,
+    format_name_and_description,
+    go_json,
+    is_progressing,
+    json_list,
+    parse_git_address,
+    path_segment,
+    require_web_host,
+    severity_state,
+    split_repo_id,
+    str_field,
+)
+from .githubapp import GitHubAuth, github_api_base, github_headers
+from .registry import register
+
+
+@dataclass(frozen=True)
+class GitHubRepo:
+    """Owner, repository and the REST base URL of a GitHub repository address."""
+
+    owner: str
+    repo: str
+    api_base: str
+    enterprise: bool
+
+    @classmethod
+    def from_address(cls, address: str) -> GitHubRepo:
+        parsed = parse_git_address(address)
+        comps = split_repo_id(parsed.id, 2)
+        if comps is None:
+            raise ProviderConfigError(f"invalid repository id: '{parsed.id}'")
+        require_web_host(parsed)
+        return cls(comps[0], comps[1], github_api_base(parsed), parsed.hostname != "github.com")
+
+    def url(self, *parts: str) -> str:
+        return f"{self.api_base}repos/{path_segment(self.owner)}/{path_segment(self.repo)}/" + "/".join(parts)
+
+
+@dataclass(frozen=True)
+class GitHubStatus:
+    sha: str
+    state: str
+    description: str
+    context: str
+
+
+def github_state(event: Event) -> str:
+    return severity_state(event, "success", "failure", "github")
+
+
+def duplicate_github_status(statuses: list[dict[str, Any]], status: GitHubStatus) -> bool:
+    """The FIRST listed status with our context decides: same state and description → duplicate."""
+    for item in statuses:
+        context, state, description = (
+            str_field(item, "context"),
+            str_field(item, "state"),
+            str_field(item, "description"),
+        )
+        if context is None or state is None or description is None:
+            continue
+        if context == status.context:
+            return state == status.state and description == status.description
+    return False
+
+
+@register
+class GitHubNotifier:
+    type: ClassVar[ProviderType] = ProviderType.GITHUB
+    uses_proxy: ClassVar[bool] = False
+    uses_tls: ClassVar[bool] = True  # TLS for GitHub Enterprise only; proxy only for the GitHub App token
+
+    def __init__(self, opts: ProviderOptions) -> None:
+        self.opts = opts
+        self.auth = GitHubAuth(opts)
+        self.repo = GitHubRepo.from_address(opts.address)
+
+    def build_status(self, event: Event) -> GitHubStatus | None:
+        """The status to set for ``event``, or None when the event is skipped (``Progressing``)."""
+        if is_progressing(event):
+            return None
+        sha = commit_sha(event)
+        state = github_state(event)
+        _, description = format_name_and_description(event)
+        return GitHubStatus(sha, state, description, commit_status_id(self.opts, event))
+
+    def list_request(self, status: GitHubStatus, token: str) -> OutboundRequest:
+        url = self.repo.url("commits", path_segment(status.sha), "statuses") + "?per_page=50"
+        return OutboundRequest("GET", url, github_headers(token))
+
+    def create_request(self, status: GitHubStatus, token: str) -> OutboundRequest:
+        body = go_json(
+            GoStruct(state=status.state, description=status.description, context=status.context),
+            escape_html=False,
+            newline=True,
+        )
+        url = self.repo.url("statuses", path_segment(status.sha))
+        return OutboundRequest("POST", url, github_headers(token, body=True), body)
+
+    async def post(self, event: Event, ctx: DeliveryContext) -> None:
+        status = self.build_status(event)
+        if status is None:
+            return
+        call = Caller(ctx, self.opts)
+        token = (await self.auth.token(call)).token
+        tls = self.repo.enterprise
+        listing = await call.send_json(
+            self.list_request(status, token), what="could not list commit statuses", tls=tls
+        )
+        if duplicate_github_status(json_list(listing), status):
+            return
+        await call.send(self.create_request(status, token), what="could not create commit status", tls=tls)

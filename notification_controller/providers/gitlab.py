@@ -1,0 +1,133 @@
+"""``gitlab``: commit statuses on GitLab (reference §4.2).
+
+The project id is the whole repository path (subgroups included), URL-escaped (``group%2Fsub%2Fproject``);
+the API base is ``<scheme>://<host>/api/v4/``. One delivery = ``GET /projects/{id}/repository/commits/{sha}/
+statuses?name=<commit status id>``; skip when ANY listed status has the same sha, status, description and
+name; else ``POST /projects/{id}/statuses/{sha}`` with ``{"state","name","description"}``. ``info`` →
+``success``, ``error`` → ``failed``; ``Progressing`` skipped. Auth: ``PRIVATE-TOKEN`` = the Secret's
+``token`` (or ``password``). TLS settings apply; the proxy does not (as in Flux).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+from urllib.parse import quote
+
+from ..api.event import Event
+from ..api.provider import ProviderType
+from ..core.gojson import GoStruct
+from ..errors import ProviderConfigError
+from .base import DeliveryContext, OutboundRequest, ProviderOptions
+from .gitcommon import (
+    Caller,
+    commit_sha,
+    commit_status_id,
+    format_name_and_description,
+    go_json,
+    go_quote,
+    is_progressing,
+    json_list,
+    parse_git_address,
+    path_segment,
+    require_web_host,
+    severity_state,
+    str_field,
+    token_or_password,
+)
+from .registry import register
+
+
+@dataclass(frozen=True)
+class GitLabProject:
+    """The REST base (``.../api/v4/``) and the URL-escaped project id of a GitLab repository address."""
+
+    api_base: str
+    project_id: str
+
+    @classmethod
+    def from_address(cls, address: str) -> GitLabProject:
+        parsed = parse_git_address(address)
+        if not parsed.id or any(seg in ("", ".", "..") for seg in parsed.id.split("/")):
+            raise ProviderConfigError(f"invalid repository id {go_quote(parsed.id)}")
+        require_web_host(parsed)
+        return cls(f"{parsed.host}/api/v4/", parsed.id)
+
+    def url(self, *parts: str) -> str:
+        return f"{self.api_base}projects/{quote(self.project_id, safe='')}/" + "/".join(parts)
+
+
+def gitlab_headers(token: str, *, body: bool = False) -> dict[str, str]:
+    headers = {"Accept": "application/json", "PRIVATE-TOKEN": token}
+    if body:
+        headers["Content-Type"] = "application/json"
+    return headers
+
+
+@dataclass(frozen=True)
+class GitLabStatus:
+    sha: str
+    state: str
+    description: str
+    name: str
+
+
+def gitlab_state(event: Event) -> str:
+    return severity_state(event, "success", "failed", "gitlab")
+
+
+def duplicate_gitlab_status(statuses: list[dict[str, Any]], status: GitLabStatus) -> bool:
+    """ANY listed status with the same sha, status, description and name is a duplicate."""
+    return any(
+        str_field(s, "sha") == status.sha
+        and str_field(s, "status") == status.state
+        and str_field(s, "description") == status.description
+        and str_field(s, "name") == status.name
+        for s in statuses
+    )
+
+
+def gitlab_token(opts: ProviderOptions) -> str:
+    token = token_or_password(opts)
+    if not token:
+        raise ProviderConfigError("gitlab token cannot be empty")
+    return token
+
+
+@register
+class GitLabNotifier:
+    type: ClassVar[ProviderType] = ProviderType.GITLAB
+    uses_proxy: ClassVar[bool] = False
+    uses_tls: ClassVar[bool] = True
+
+    def __init__(self, opts: ProviderOptions) -> None:
+        self.opts = opts
+        self.token = gitlab_token(opts)
+        self.project = GitLabProject.from_address(opts.address)
+
+    def build_status(self, event: Event) -> GitLabStatus | None:
+        if is_progressing(event):
+            return None
+        sha = commit_sha(event)
+        state = gitlab_state(event)
+        _, description = format_name_and_description(event)
+        return GitLabStatus(sha, state, description, commit_status_id(self.opts, event))
+
+    def list_request(self, status: GitLabStatus) -> OutboundRequest:
+        url = self.project.url("repository", "commits", path_segment(status.sha), "statuses")
+        return OutboundRequest("GET", f"{url}?name={quote(status.name, safe='')}", gitlab_headers(self.token))
+
+    def create_request(self, status: GitLabStatus) -> OutboundRequest:
+        body = go_json(GoStruct(state=status.state, name=status.name, description=status.description))
+        url = self.project.url("statuses", path_segment(status.sha))
+        return OutboundRequest("POST", url, gitlab_headers(self.token, body=True), body)
+
+    async def post(self, event: Event, ctx: DeliveryContext) -> None:
+        status = self.build_status(event)
+        if status is None:
+            return
+        call = Caller(ctx, self.opts)
+        listing = await call.send_json(self.list_request(status), what="unable to list commit status")
+        if duplicate_gitlab_status(json_list(listing), status):
+            return
+        await call.send(self.create_request(status), what="could not set commit status")

@@ -1,0 +1,53 @@
+"""``googlechat``: a Google Chat incoming webhook, as a legacy ``cards`` message (reference §4.1).
+
+One card: header = object name and reporting controller; a section with the message (red ``<font>``
+for errors); a second section with one key/value widget per metadata entry (sorted by key here,
+unspecified order in Flux), only when there is metadata. Unset pointers are sent as ``null`` exactly
+as Flux sends them. Proxy is honoured; TLS settings are ignored, as in Flux.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from ..api.event import SEVERITY_ERROR, Event
+from ..api.provider import ProviderType
+from ..core.gojson import GoStruct, dumps
+from .base import HTTPNotifier, OutboundRequest, ProviderOptions, json_headers, obj_name
+from .registry import register
+from .validation import require_url
+
+
+def google_chat_payload(event: Event) -> GoStruct:
+    header = GoStruct(
+        title=obj_name(event), subtitle=event.reporting_controller, imageUrl=None, imageStyle=None
+    )
+    text = event.message
+    if event.severity == SEVERITY_ERROR:
+        text = f'<font color="#ff0000">{event.message}</font>'
+    sections = [GoStruct(header="", widgets=[GoStruct(textParagraph=GoStruct(text=text), keyValue=None)])]
+    if event.metadata:
+        widgets = [
+            GoStruct(
+                textParagraph=None,
+                keyValue=GoStruct(
+                    topLabel=k, content=event.metadata[k], contentMultiline=False, bottomLabel=None, icon=None
+                ),
+            )
+            for k in sorted(event.metadata)
+        ]
+        sections.append(GoStruct(header="", widgets=widgets))
+    return GoStruct(cards=[GoStruct(header=header, sections=sections)])
+
+
+@register
+class GoogleChatNotifier(HTTPNotifier):
+    type: ClassVar[ProviderType] = ProviderType.GOOGLE_CHAT
+    uses_tls: ClassVar[bool] = False
+
+    def __init__(self, opts: ProviderOptions) -> None:
+        super().__init__(opts)
+        require_url(opts.address, what="Google Chat hook URL")
+
+    def build_request(self, event: Event) -> OutboundRequest:
+        return OutboundRequest("POST", self.opts.address, json_headers(), dumps(google_chat_payload(event)))

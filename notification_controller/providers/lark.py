@@ -1,0 +1,48 @@
+"""``lark``: a Lark (Feishu) custom-bot webhook, as an interactive card (reference §4.1).
+
+Header ``💫 kind/name.namespace`` on a turquoise template (``🚨`` and red for errors), one ``lark_md``
+element: the message in bold, a blank line, then ``key: value`` lines (sorted by key here; unspecified
+order in Flux). Flux honours neither proxy nor TLS settings for Lark; neither does this module.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from ..api.event import SEVERITY_ERROR, Event
+from ..api.provider import ProviderType
+from ..core.gojson import GoStruct, dumps
+from .base import HTTPNotifier, OutboundRequest, ProviderOptions, json_headers, obj_name
+from .registry import register
+from .validation import require_url
+
+
+def lark_payload(event: Event) -> GoStruct:
+    error = event.severity == SEVERITY_ERROR
+    emoji, template = ("🚨", "red") if error else ("💫", "turquoise")
+    content = f"**{event.message}**\n\n" + "".join(
+        f"{k}: {event.metadata[k]}\n" for k in sorted(event.metadata)
+    )
+    card = GoStruct(
+        config=GoStruct(wide_screen_mode=True),
+        header=GoStruct(
+            title=GoStruct(tag="plain_text", content=f"{emoji} {obj_name(event)}"),
+            template=template,
+        ),
+        elements=[GoStruct(tag="div", text=GoStruct(tag="lark_md", content=content))],
+    )
+    return GoStruct(msg_type="interactive", card=card)
+
+
+@register
+class LarkNotifier(HTTPNotifier):
+    type: ClassVar[ProviderType] = ProviderType.LARK
+    uses_proxy: ClassVar[bool] = False
+    uses_tls: ClassVar[bool] = False
+
+    def __init__(self, opts: ProviderOptions) -> None:
+        super().__init__(opts)
+        require_url(opts.address, what="Lark hook URL")
+
+    def build_request(self, event: Event) -> OutboundRequest:
+        return OutboundRequest("POST", self.opts.address, json_headers(), dumps(lark_payload(event)))

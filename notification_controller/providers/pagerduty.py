@@ -1,0 +1,166 @@
+"""``pagerduty``: PagerDuty Events API v2 (reference §4.1).
+
+Only the scheme and host of the address are used: every event is sent to ``<scheme>://<host>/v2/enqueue``
+— ``trigger`` with a payload for errors, ``resolve`` (closing any incident open for the object) for
+other severities, de-duplicated on the involved object's UID. Info events are additionally sent as a
+change event to ``/v2/change/enqueue``. The routing key is ``spec.channel``. Events with reason
+``Progressing`` are skipped: PagerDuty wants outcomes, not progress.
+
+The JSON shapes follow ``github.com/PagerDuty/go-pagerduty`` v1.8 field order and ``omitempty`` rules.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import unicodedata
+from datetime import datetime
+from typing import ClassVar
+from urllib.parse import urlsplit
+
+from ..api.event import SEVERITY_ERROR, SEVERITY_INFO, SEVERITY_TRACE, Event
+from ..api.provider import ProviderType
+from ..core.clock import rfc3339
+from ..core.gojson import GoStruct, dumps
+from ..core.redact import redact_url
+from ..errors import DeliveryError
+from .base import DeliveryContext, HTTPNotifier, OutboundRequest, ProviderOptions, json_headers
+from .registry import register
+from .validation import require_url
+
+PROGRESSING = "Progressing"
+GO_ZERO_TIME = "0001-01-01T00:00:00Z"
+
+
+def _char_class(ch: str) -> int:
+    cat = unicodedata.category(ch)
+    if cat == "Ll":
+        return 1
+    if cat == "Lu":
+        return 2
+    if cat == "Nd":
+        return 3
+    return 4
+
+
+def split_camelcase(text: str) -> list[str]:
+    """Flux's ``camelcase.split``: runs of one Unicode class, with ``PDFLoader`` → ``PDF``, ``Loader``."""
+    runs: list[list[str]] = []
+    last = 0
+    for ch in text:
+        cls = _char_class(ch)
+        if cls == last and runs:
+            runs[-1].append(ch)
+        else:
+            runs.append([ch])
+        last = cls
+    for i in range(len(runs) - 1):
+        if _char_class(runs[i][0]) == 2 and _char_class(runs[i + 1][0]) == 1:
+            runs[i + 1].insert(0, runs[i].pop())
+    return ["".join(r) for r in runs if r]
+
+
+def name_and_description(event: Event) -> tuple[str, str]:
+    """``formatNameAndDescription``: ``lower(kind/name)`` and the reason as lower-case words."""
+    obj = event.involved_object
+    name = f"{obj.kind}/{obj.name}".lower()
+    description = " ".join(split_camelcase(event.reason)).lower()
+    return name, description
+
+
+def pagerduty_severity(severity: str) -> str:
+    """Flux's mapping: info → info, trace → info, anything else → error."""
+    if severity in (SEVERITY_INFO, SEVERITY_TRACE):
+        return "info"
+    return "error"
+
+
+def _timestamp(moment: datetime | None) -> str:
+    return rfc3339(moment) if moment is not None else GO_ZERO_TIME
+
+
+def _details(event: Event) -> dict[str, object]:
+    return {"message": event.message, "metadata": dict(event.metadata) if event.metadata else None}
+
+
+def v2_event(event: Event, routing_key: str) -> GoStruct:
+    name, desc = name_and_description(event)
+    out = GoStruct(routing_key=routing_key, event_action="resolve")
+    if event.involved_object.uid:
+        out["dedup_key"] = event.involved_object.uid
+    if event.severity == SEVERITY_ERROR:
+        out["event_action"] = "trigger"
+        payload = GoStruct(
+            summary=f"{desc}: {name}",
+            source=f"Flux {event.reporting_controller}",
+            severity=pagerduty_severity(event.severity),
+            timestamp=_timestamp(event.timestamp),
+        )
+        if event.involved_object.name:
+            payload["component"] = event.involved_object.name
+        if event.involved_object.kind:
+            payload["group"] = event.involved_object.kind
+        payload["custom_details"] = _details(event)
+        out["payload"] = payload
+    return out
+
+
+def change_event(event: Event, routing_key: str) -> GoStruct:
+    name, desc = name_and_description(event)
+    payload = GoStruct(summary=f"{desc}: {name}", source=f"Flux {event.reporting_controller}")
+    payload["timestamp"] = _timestamp(event.timestamp)
+    payload["custom_details"] = _details(event)
+    return GoStruct(routing_key=routing_key, payload=payload)
+
+
+@register
+class PagerDutyNotifier(HTTPNotifier):
+    type: ClassVar[ProviderType] = ProviderType.PAGERDUTY
+
+    def __init__(self, opts: ProviderOptions) -> None:
+        super().__init__(opts)
+        require_url(opts.address, what="PagerDuty endpoint URL")
+        parts = urlsplit(opts.address)
+        self.endpoint = f"{parts.scheme}://{parts.netloc.rsplit('@', 1)[-1]}"
+
+    def should_send(self, event: Event) -> bool:
+        return event.reason != PROGRESSING
+
+    def build_requests(self, event: Event) -> list[OutboundRequest]:
+        """The enqueue request, plus the change event for info events (pure)."""
+        key = self.opts.channel
+        requests = [
+            OutboundRequest(
+                "POST", f"{self.endpoint}/v2/enqueue", json_headers(), dumps(v2_event(event, key))
+            )
+        ]
+        if event.severity == SEVERITY_INFO:
+            body = dumps(change_event(event, key))
+            requests.append(
+                OutboundRequest("POST", f"{self.endpoint}/v2/change/enqueue", json_headers(), body)
+            )
+        return requests
+
+    def build_request(self, event: Event) -> OutboundRequest:
+        return self.build_requests(event)[0]
+
+    async def post(self, event: Event, ctx: DeliveryContext) -> None:
+        if not self.should_send(event):
+            return
+        # One budget (spec.timeout) for both requests, as Flux's context covers both posts.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.opts.timeout
+        for request in self.build_requests(event):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise DeliveryError(
+                    f"request to {redact_url(request.url)} timed out after {self.opts.timeout:g}s",
+                    reason="timeout",
+                )
+            await ctx.http.send(
+                request,
+                timeout=remaining,
+                proxy=self.opts.proxy.reveal() if self.opts.proxy else None,
+                tls=self.opts.tls,
+                masks=self.opts.masks(),
+                check=self.check_response,
+            )

@@ -1,0 +1,28 @@
+"""Suite-wide fixtures.
+
+The ``looptime`` plugin creates an event loop for synchronous tests through the policy and never closes
+it; with ``filterwarnings = error`` the resulting ResourceWarning then fails whichever async test runs
+next. Close any such stray loop after every test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import warnings
+from collections.abc import Iterator
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _no_stray_event_loop() -> Iterator[None]:
+    yield
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            loop = asyncio.get_event_loop_policy().get_event_loop()
+        except RuntimeError:
+            return
+    if not loop.is_running() and not loop.is_closed():
+        loop.close()
+        asyncio.set_event_loop(None)
