@@ -1,0 +1,293 @@
+"""The shapes every receiver verifier shares: the request, the context, the verdict, and small helpers.
+
+A verifier is ``async def verify(req: HookRequest, ctx: VerifyContext) -> Verified`` (reference §5.3). It is
+pure except for ``generic-oidc`` and ``gcr``, which fetch signing keys through ``ctx.oidc``. Verifiers never
+see aiohttp: ``HookRequest`` carries the RAW header bytes exactly as received, so signatures and tokens are
+compared on bytes (``hmac.compare_digest``) and a header with non-ASCII or invalid UTF-8 bytes gives a
+``VerificationError`` (400), never an exception from a codec (checklist A5).
+
+Failures raise ``errors.VerificationError`` with Flux's message; the server answers ``status`` (400, as Flux
+does for every validation failure, reference §5.2 step 4).
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+import orjson
+
+from ..api.common import Secret
+from ..api.receiver import Receiver
+from ..core.clock import Clock
+from ..errors import VerificationError
+
+if TYPE_CHECKING:
+    from .oidc import OIDCClient
+
+TOKEN_KEY = "token"
+
+
+class RawHeaders:
+    """A case-insensitive multi-mapping of header names to RAW value bytes, in arrival order.
+
+    Built from aiohttp's ``request.raw_headers`` (bytes pairs). ``str`` names/values are accepted too and
+    encoded with ``surrogateescape`` so that a surrogate-escaped ``str`` (aiohttp's decoded headers) maps back
+    to the bytes that were on the wire.
+    """
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: Iterable[tuple[bytes | str, bytes | str]] = ()) -> None:
+        self._items: tuple[tuple[bytes, bytes], ...] = tuple((_b(k).lower(), _b(v)) for k, v in items)
+
+    def getall(self, name: str) -> list[bytes]:
+        key = name.lower().encode("ascii")
+        return [v for k, v in self._items if k == key]
+
+    def get(self, name: str) -> bytes | None:
+        """The first value (Go's ``Header.Get``), or None when absent."""
+        key = name.lower().encode("ascii")
+        return next((v for k, v in self._items if k == key), None)
+
+    def single(self, name: str) -> bytes | None:
+        """The only value of an authentication header; two or more values are ambiguous → 400 (A8)."""
+        values = self.getall(name)
+        if len(values) > 1:
+            raise VerificationError(f"the {name} header is repeated")
+        return values[0] if values else None
+
+    def text(self, name: str) -> str:
+        """The first value as text ("" when absent), rejecting bytes that are not printable ASCII/UTF-8."""
+        value = self.get(name)
+        if value is None:
+            return ""
+        return header_text(name, value)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.get(name) is not None
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def items(self) -> tuple[tuple[bytes, bytes], ...]:
+        return self._items
+
+    def __repr__(self) -> str:  # never print values: they may be credentials
+        return f"RawHeaders({sorted({k.decode('latin-1') for k, _ in self._items})})"
+
+
+def _b(value: bytes | str) -> bytes:
+    return value if isinstance(value, bytes) else value.encode("utf-8", errors="surrogateescape")
+
+
+def header_text(name: str, value: bytes) -> str:
+    """Decode a header value for use as text (event types, media types); malformed bytes → 400."""
+    try:
+        text = value.decode("utf-8")
+    except UnicodeDecodeError:
+        raise VerificationError(f"the {name} header is not valid UTF-8") from None
+    if any((ord(ch) < 0x20 and ch != "\t") or ord(ch) == 0x7F for ch in text):
+        raise VerificationError(f"the {name} header contains control characters")
+    return text
+
+
+@dataclass(frozen=True)
+class HookRequest:
+    """One webhook request as received: method, raw request-target (path + query), raw headers, body."""
+
+    method: str
+    path: str
+    headers: RawHeaders
+    body: bytes
+
+
+@dataclass(frozen=True)
+class Verified:
+    """The verdict of a verifier when the request is authentic and well-formed.
+
+    * ``body``: what CEL filters see as ``req`` (github/bitbucket: the ``payload``; gcr: the unwrapped data);
+    * ``event``: the sender's event type, if the type has one;
+    * ``claims``: the OIDC claims (generic-oidc only; exposed to CEL as ``claims``);
+    * ``ping``: a connectivity test (GitHub ``ping``, Bitbucket ``diagnostics:ping``): answer 200, no patch;
+    * ``delivery_id``: the sender's unique delivery id, for replay protection.
+    """
+
+    body: bytes
+    event: str | None = None
+    claims: Mapping[str, Any] | None = None
+    ping: bool = False
+    delivery_id: str | None = None
+
+
+@dataclass(frozen=True)
+class GCRSettings:
+    """Where ``gcr`` tokens come from. Flux hard-codes Google; tests inject a local issuer's key set."""
+
+    jwks_url: str = "https://www.googleapis.com/oauth2/v3/certs"
+    issuers: frozenset[str] = frozenset({"accounts.google.com", "https://accounts.google.com"})
+
+
+@dataclass(frozen=True)
+class VerifyContext:
+    """Everything a verifier may need besides the request. Built per request by the server."""
+
+    receiver: Receiver
+    secret: Secret | None
+    clock: Clock
+    oidc: OIDCClient | None = None
+    gcr: GCRSettings = field(default_factory=GCRSettings)
+
+    @property
+    def token(self) -> bytes:
+        """The raw ``token`` of the Secret (never trimmed, reference §9). Presence is checked beforehand."""
+        if self.secret is None:
+            return b""
+        return self.secret.data.get(TOKEN_KEY, b"")
+
+    @property
+    def events(self) -> Sequence[str]:
+        return self.receiver.spec.events or ()
+
+    def secret_field(self, key: str) -> bytes | None:
+        return None if self.secret is None else self.secret.data.get(key)
+
+
+class Verifier(Protocol):
+    async def __call__(self, req: HookRequest, ctx: VerifyContext) -> Verified: ...
+
+
+# ---- helpers ---------------------------------------------------------------------------------------
+
+
+def event_allowed(event: str, allowed: Sequence[str]) -> bool:
+    """Flux: an empty list allows everything; otherwise Go's ``strings.EqualFold`` against each entry."""
+    if not allowed:
+        return True
+    folded = event.casefold()
+    return any(folded == e.casefold() for e in allowed)
+
+
+def require_event(event: str, ctx: VerifyContext, message: str) -> None:
+    """Raise ``message % event`` (Go ``%q``) when the event is not in ``spec.events``."""
+    if not event_allowed(event, ctx.events):
+        raise VerificationError(message.format(go_quote(event)))
+
+
+def tokens_equal(given: bytes | None, expected: bytes) -> bool:
+    """Constant-time equality of a header value and the receiver token, on bytes.
+
+    Pinned (README "empty token"): an empty token never authenticates anything, and a missing header never
+    matches (Flux compares ``""`` with the token, so an empty token accepted requests with no header).
+    """
+    if given is None or not expected:
+        return False
+    return hmac.compare_digest(given, expected)
+
+
+def go_quote(text: str) -> str:
+    """Go's ``%q`` for the strings that appear in messages (ASCII printable kept, the rest escaped)."""
+    out = ['"']
+    for ch in text:
+        if ch == '"':
+            out.append('\\"')
+        elif ch == "\\":
+            out.append("\\\\")
+        elif 0x20 <= ord(ch) < 0x7F:
+            out.append(ch)
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\t":
+            out.append("\\t")
+        elif ch == "\r":
+            out.append("\\r")
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\x{ord(ch):02x}")
+        elif ch.isprintable():
+            out.append(ch)
+        elif ord(ch) > 0xFFFF:
+            out.append(f"\\U{ord(ch):08x}")
+        else:
+            out.append(f"\\u{ord(ch):04x}")
+    out.append('"')
+    return "".join(out)
+
+
+class JSONShapeError(ValueError):
+    """A body does not decode into the Go struct a verifier expects."""
+
+
+def load_json(body: bytes) -> Any:
+    """Strict JSON: NaN/Infinity, invalid UTF-8, depth > 1024 and trailing data are errors (never a crash)."""
+    if not body.strip():
+        raise JSONShapeError("unexpected end of JSON input")
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise JSONShapeError(str(exc)) from None
+
+
+# A shape is a Go struct: field name → "string" | "[]string" | a nested shape.
+Shape = Mapping[str, Any]
+
+
+def decode_struct(body: bytes, shape: Shape) -> dict[str, Any]:
+    """Decode ``body`` like Go's ``json.Unmarshal`` into a struct of ``shape``.
+
+    Go semantics kept: unknown fields ignored, field names matched case-insensitively, ``null`` leaves the
+    zero value, a top-level ``null`` is accepted; a wrong JSON type is an error. Returns the struct with
+    every field (zero values filled), in field order.
+    """
+    return _match(load_json(body), shape, "")
+
+
+def _zero(spec: Any) -> Any:
+    if isinstance(spec, str):
+        return "" if spec == "string" else []
+    return {k: _zero(v) for k, v in spec.items()}
+
+
+def _match(value: Any, shape: Shape, where: str) -> dict[str, Any]:
+    out = {k: _zero(v) for k, v in shape.items()}
+    if value is None:
+        return out
+    if not isinstance(value, dict):
+        raise JSONShapeError(f"cannot unmarshal {_json_type(value)} into Go value of type struct{where}")
+    folded = {k.casefold(): k for k in shape}
+    for key, item in value.items():
+        name = key if key in shape else folded.get(key.casefold())
+        if name is None or item is None:
+            continue
+        spec = shape[name]
+        path = f"{where}.{name}" if where else name
+        if spec == "string":
+            if not isinstance(item, str):
+                raise JSONShapeError(
+                    f"cannot unmarshal {_json_type(item)} into Go struct field {path} of type string"
+                )
+            out[name] = item
+        elif spec == "[]string":
+            if not isinstance(item, list) or not all(isinstance(i, str) or i is None for i in item):
+                raise JSONShapeError(
+                    f"cannot unmarshal {_json_type(item)} into Go struct field {path} of type []string"
+                )
+            out[name] = ["" if i is None else i for i in item]
+        elif isinstance(spec, Mapping):
+            out[name] = _match(item, spec, path)
+    return out
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return "null"

@@ -1,0 +1,85 @@
+"""``generic-oidc``: an OIDC ID token in ``Authorization: Bearer`` checked against ``spec.oidcProviders``.
+
+Reference §5.6, in Flux's order and with its messages:
+
+1. no ``oidcProviders`` → ``generic-oidc receiver has no oidcProviders configured``;
+2. ``Authorization`` must start with ``Bearer `` and carry a token;
+3. the UNVERIFIED ``iss`` picks the provider whose ``issuerURL`` equals it exactly (so only configured issuers
+   are ever contacted);
+4. discovery + key set (``oidc.OIDCClient``, cached), signature, ``iss``, ``aud`` ∋ audience (default
+   ``notification-controller``), ``exp`` (``failed to verify OIDC token: ...``);
+5. CEL ``variables`` in order into ``vars`` (each sees ``claims`` and the earlier ``vars``), then every
+   ``validations`` entry; the failing messages are joined → ``token validation failed: m1; m2``.
+
+The claims are exposed to the resource filters as ``claims``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..api.receiver import DEFAULT_OIDC_AUDIENCE
+from ..core.cel import CELError, OutputType, compile_expression
+from ..errors import VerificationError
+from .base import HookRequest, Verified, VerifyContext
+from .oidc import OIDCError, bearer_token, unverified_claims
+
+
+async def verify(req: HookRequest, ctx: VerifyContext) -> Verified:
+    providers = ctx.receiver.spec.oidc_providers or []
+    if not providers:
+        raise VerificationError("generic-oidc receiver has no oidcProviders configured")
+    try:
+        token = bearer_token(req.headers.single("Authorization"))
+    except OIDCError as exc:
+        raise VerificationError(str(exc)) from None
+    try:
+        iss = unverified_claims(token).get("iss")
+    except OIDCError as exc:
+        raise VerificationError(f"failed to parse bearer token: {exc}") from None
+    if not isinstance(iss, str) or not iss:
+        raise VerificationError("failed to parse bearer token: token is missing the 'iss' claim")
+    provider = next((p for p in providers if p.issuer_url == iss), None)
+    if provider is None:
+        raise VerificationError(f"no oidcProvider configured for issuer {iss!r}")
+    if ctx.oidc is None:
+        raise VerificationError("failed to verify OIDC token: no OIDC client configured")
+    audience = provider.audience or DEFAULT_OIDC_AUDIENCE
+    try:
+        discovery = await ctx.oidc.discover(provider.issuer_url)
+        claims = await ctx.oidc.verify(
+            token,
+            jwks_url=discovery.jwks_uri,
+            algorithms=discovery.algorithms,
+            issuers=frozenset({provider.issuer_url}),
+            audience=audience,
+            now=ctx.clock.now(),
+        )
+    except OIDCError as exc:
+        raise VerificationError(f"failed to verify OIDC token: {exc}") from None
+
+    variables: dict[str, Any] = {}
+    for variable in provider.variables or []:
+        try:
+            expr = compile_expression(
+                variable.expression, variables=["claims", "vars"], output=OutputType.ANY
+            )
+            variables[variable.name] = expr.evaluate({"claims": claims, "vars": dict(variables)})
+        except CELError as exc:
+            raise VerificationError(f"failed to evaluate variable {variable.name!r}: {exc}") from None
+    failures: list[str] = []
+    for validation in provider.validations:
+        try:
+            expr = compile_expression(
+                validation.expression, variables=["claims", "vars"], output=OutputType.BOOL
+            )
+            ok = expr.evaluate_bool({"claims": claims, "vars": variables})
+        except CELError as exc:
+            raise VerificationError(
+                f"failed to evaluate validation {validation.expression!r}: {exc}"
+            ) from None
+        if not ok:
+            failures.append(validation.message)
+    if failures:
+        raise VerificationError("token validation failed: " + "; ".join(failures))
+    return Verified(body=req.body, claims=claims)

@@ -1,0 +1,110 @@
+"""Hardening beyond Flux for the receiver server: a per-Receiver token bucket and a replay cache.
+
+Both are objects owned by the server (never module globals), bounded in memory, and driven by an injected
+``Clock`` so tests move time instead of sleeping.
+
+* ``TokenBucket``: ``rate`` requests per second with bursts of ``burst`` per key (a Receiver). A refused
+  request learns how long to wait (``Retry-After``). ``rate <= 0`` disables limiting.
+* ``ReplayCache``: delivery ids seen within ``ttl`` seconds. ``claim`` marks an id before its targets are
+  patched (so two concurrent copies of one delivery patch once); ``release`` forgets it when patching failed,
+  so the sender's retry is processed. Oldest entries are evicted beyond ``max_entries``; keys are stored as
+  SHA-256 digests, so an 8 KB delivery id costs 32 bytes.
+
+With several replicas each keeps its own state: a replay may be processed once per replica, and the limit is
+per replica. Both are harmless (the reconcile annotation is idempotent), and documented.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from ..core.clock import Clock
+
+
+@dataclass
+class _Bucket:
+    tokens: float
+    updated: float
+
+
+class TokenBucket:
+    def __init__(self, rate: float, burst: int, clock: Clock, *, max_keys: int = 100_000) -> None:
+        self.rate = rate
+        self.burst = max(1, burst)
+        self.max_keys = max_keys
+        self._clock = clock
+        self._buckets: OrderedDict[str, _Bucket] = OrderedDict()
+
+    @property
+    def enabled(self) -> bool:
+        return self.rate > 0
+
+    def __len__(self) -> int:
+        return len(self._buckets)
+
+    def take(self, key: str) -> float | None:
+        """Take one token. Returns None when allowed, else the seconds to wait before retrying."""
+        if not self.enabled:
+            return None
+        now = self._clock.monotonic()
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            bucket = _Bucket(float(self.burst), now)
+            self._buckets[key] = bucket
+            while len(self._buckets) > self.max_keys:
+                self._buckets.popitem(last=False)
+        else:
+            bucket.tokens = min(float(self.burst), bucket.tokens + (now - bucket.updated) * self.rate)
+            bucket.updated = now
+            self._buckets.move_to_end(key)
+        if bucket.tokens >= 1.0:
+            bucket.tokens -= 1.0
+            return None
+        return (1.0 - bucket.tokens) / self.rate
+
+    @staticmethod
+    def retry_after_header(wait: float) -> str:
+        """Whole seconds, at least 1 (``Retry-After`` is an integer)."""
+        return str(max(1, math.ceil(wait)))
+
+
+class ReplayCache:
+    def __init__(self, ttl: float, clock: Clock, *, max_entries: int = 100_000) -> None:
+        self.ttl = ttl
+        self.max_entries = max_entries
+        self._clock = clock
+        self._seen: OrderedDict[bytes, float] = OrderedDict()  # digest of key → monotonic time first seen
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+    def _expire(self, now: float) -> None:  # entries are in insertion (= time) order
+        while self._seen:
+            key, seen = next(iter(self._seen.items()))
+            if now - seen < self.ttl:
+                break
+            del self._seen[key]
+
+    @staticmethod
+    def _digest(key: str) -> bytes:
+        return hashlib.sha256(key.encode("utf-8", errors="surrogatepass")).digest()
+
+    def claim(self, key: str) -> bool:
+        """Record ``key``; False if it was already seen within the TTL (a replay)."""
+        if self.ttl <= 0:
+            return True
+        now = self._clock.monotonic()
+        self._expire(now)
+        digest = self._digest(key)
+        if digest in self._seen:
+            return False
+        self._seen[digest] = now
+        while len(self._seen) > self.max_entries:
+            self._seen.popitem(last=False)
+        return True
+
+    def release(self, key: str) -> None:
+        self._seen.pop(self._digest(key), None)

@@ -1,0 +1,233 @@
+"""Target resolution, CEL resource filters and the reconcile trigger of a Receiver (reference §5.4, §5.5).
+
+For every ``spec.resources[]`` entry — all of them, even when one fails — resolve the objects (by name with
+``Cluster.get_metadata``, or ``*`` + ``matchLabels`` with ``Cluster.list_metadata``), keep those for which
+every configured filter (``spec.resourceFilter`` AND ``spec.resources[].filter``, variables ``res``, ``req``
+and, for generic-oidc, ``claims``) is true, and annotate them with ``reconcile.fluxcd.io/requestedAt`` =
+Go's ``time.Now().String()`` (a JSON merge patch, so it never conflicts with a concurrent update).
+
+Errors are collected per reference with Flux's texts (they may quote Kubernetes errors, so they go to the
+log, never into the HTTP answer). Every Kubernetes call is bounded by ``kube_timeout``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..api import RECONCILE_REQUEST_ANNOTATION
+from ..api.receiver import Receiver, ReceiverResource
+from ..core.cel import CELError, Expression, OutputType, compile_expression
+from ..core.clock import Clock, go_time_string
+from ..errors import KubeError
+from ..store.base import Cluster
+from .base import RawHeaders, load_json
+from .signatures import SignatureError, media_type
+
+log = logging.getLogger(__name__)
+
+DEFAULT_API_VERSIONS: Mapping[str, str] = {
+    "Bucket": "source.toolkit.fluxcd.io/v1",
+    "HelmChart": "source.toolkit.fluxcd.io/v1",
+    "HelmRepository": "source.toolkit.fluxcd.io/v1",
+    "GitRepository": "source.toolkit.fluxcd.io/v1",
+    "OCIRepository": "source.toolkit.fluxcd.io/v1",
+    "ImageRepository": "image.toolkit.fluxcd.io/v1",
+    "ArtifactGenerator": "source.extensions.fluxcd.io/v1beta1",
+}
+
+
+class RequestBodyError(ValueError):
+    """The body must be JSON for the filters but is not (pinned: 400, Flux answered 500)."""
+
+
+@dataclass(frozen=True)
+class Filters:
+    """Compiled ``spec.resourceFilter`` and per-resource ``filter`` expressions (None = not configured)."""
+
+    top: Expression | None
+    per_resource: tuple[Expression | None, ...]
+
+    @property
+    def configured(self) -> bool:
+        return self.top is not None or any(f is not None for f in self.per_resource)
+
+
+def compile_filters(receiver: Receiver, *, with_claims: bool) -> Filters:
+    """Compile the filters (``CELError`` on a bad expression: a configuration fault, answered 500)."""
+    variables = ["res", "req", "claims"] if with_claims else ["res", "req"]
+
+    def build(source: str | None) -> Expression | None:
+        if not source:
+            return None
+        return compile_expression(source, variables=variables, output=OutputType.BOOL)
+
+    return Filters(
+        top=build(receiver.spec.resource_filter),
+        per_resource=tuple(build(r.filter) for r in receiver.spec.resources),
+    )
+
+
+def request_value(headers: RawHeaders, body: bytes) -> dict[str, Any]:
+    """``req`` for CEL: the JSON body when any ``Content-Type`` value is ``application/json``, else ``{}``."""
+    is_json = False
+    for raw in headers.getall("Content-Type"):
+        for part in raw.split(b","):
+            try:
+                if media_type(part.decode("latin-1")) == "application/json":
+                    is_json = True
+            except SignatureError:
+                continue
+    if not is_json:
+        return {}
+    try:
+        value = load_json(body)
+    except ValueError as exc:
+        raise RequestBodyError(f"failed to parse request body as JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise RequestBodyError("failed to parse request body as JSON: not an object")
+    return value
+
+
+@dataclass
+class TriggerResult:
+    annotated: list[str] = field(default_factory=list)  # "Kind/name.namespace"
+    skipped: list[str] = field(default_factory=list)  # filtered out by CEL
+    errors: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Trigger:
+    """Runs the reconcile requests of one webhook call."""
+
+    cluster: Cluster
+    clock: Clock
+    no_cross_namespace_refs: bool = False
+    kube_timeout: float = 10.0
+
+    async def run(
+        self,
+        receiver: Receiver,
+        filters: Filters,
+        *,
+        req: Mapping[str, Any] | None,
+        claims: Mapping[str, Any] | None,
+    ) -> TriggerResult:
+        result = TriggerResult()
+        for index, resource in enumerate(receiver.spec.resources):
+            per = filters.per_resource[index] if index < len(filters.per_resource) else None
+            try:
+                await self._one(receiver, resource, (filters.top, per), req, claims, result)
+            except _TargetError as exc:
+                result.errors.append(str(exc))
+        return result
+
+    async def _call(self, what: str, coro: Any) -> Any:
+        try:
+            async with asyncio.timeout(self.kube_timeout):
+                return await coro
+        except TimeoutError:
+            raise _TargetError(f"{what} error: timed out after {self.kube_timeout:g}s") from None
+        except KubeError as exc:
+            raise _TargetError(f"{what} error: {exc}") from None
+        except Exception as exc:  # an adapter bug must not stop the other targets
+            log.error("unexpected %s from the Kubernetes adapter", type(exc).__name__, exc_info=exc)
+            raise _TargetError(f"{what} error: unexpected {type(exc).__name__}") from None
+
+    async def _one(
+        self,
+        receiver: Receiver,
+        resource: ReceiverResource,
+        exprs: tuple[Expression | None, Expression | None],
+        req: Mapping[str, Any] | None,
+        claims: Mapping[str, Any] | None,
+        result: TriggerResult,
+    ) -> None:
+        namespace = resource.namespace or receiver.metadata.namespace
+        if self.no_cross_namespace_refs and namespace != receiver.metadata.namespace:
+            raise _TargetError("cross-namespace references are not allowed")
+        kind = str(resource.kind)
+        api_version = resource.api_version or DEFAULT_API_VERSIONS.get(kind)
+        if not api_version:
+            raise _TargetError(f'apiVersion must be specified for kind "{kind}"')
+
+        if resource.name == "*":
+            if resource.match_labels is None:
+                raise _TargetError("matchLabels field not set when using wildcard '*' as name")
+            items = await self._call(
+                f'failed listing resources in namespace "{namespace}" by matching labels {resource.match_labels}',
+                self.cluster.list_metadata(api_version, kind, namespace, resource.match_labels),
+            )
+            if not items:
+                log.info(
+                    "receiver %s/%s: no '%s' resources found with matching labels in namespace '%s'",
+                    receiver.metadata.namespace,
+                    receiver.metadata.name,
+                    kind,
+                    namespace,
+                )
+            for item in items:
+                await self._notify(receiver, api_version, kind, namespace, item, exprs, req, claims, result)
+            return
+        obj = await self._call(
+            f'unable to read {kind} "{namespace}/{resource.name}"',
+            self.cluster.get_metadata(api_version, kind, namespace, resource.name),
+        )
+        await self._notify(receiver, api_version, kind, namespace, obj, exprs, req, claims, result)
+
+    async def _notify(
+        self,
+        receiver: Receiver,
+        api_version: str,
+        kind: str,
+        namespace: str,
+        obj: Mapping[str, Any],
+        exprs: tuple[Expression | None, Expression | None],
+        req: Mapping[str, Any] | None,
+        claims: Mapping[str, Any] | None,
+        result: TriggerResult,
+    ) -> None:
+        metadata = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+        assert isinstance(metadata, Mapping)
+        name = str(metadata.get("name", ""))
+        ns = str(metadata.get("namespace") or namespace)
+        label = f"{kind}/{name}.{ns}"
+        if any(e is not None for e in exprs):
+            activation: dict[str, Any] = {"res": obj, "req": req or {}}
+            if claims is not None:
+                activation["claims"] = claims
+            for expr in exprs:
+                if expr is None:
+                    continue
+                try:
+                    accepted = expr.evaluate_bool(activation)
+                except CELError as exc:
+                    raise _TargetError(f"failed to evaluate resource filter for '{label}': {exc}") from None
+                if not accepted:
+                    log.info(
+                        "receiver %s/%s: resource '%s' NOT annotated because CEL expression returned false",
+                        receiver.metadata.namespace,
+                        receiver.metadata.name,
+                        label,
+                    )
+                    result.skipped.append(label)
+                    return
+        value = go_time_string(self.clock.now(), self.clock.monotonic())
+        await self._call(
+            f"failed to annotate resource: '{label}': unable to annotate {kind} \"{ns}/{name}\"",
+            self.cluster.annotate(api_version, kind, ns, name, {RECONCILE_REQUEST_ANNOTATION: value}),
+        )
+        log.info(
+            "receiver %s/%s: resource '%s' annotated",
+            receiver.metadata.namespace,
+            receiver.metadata.name,
+            label,
+        )
+        result.annotated.append(label)
+
+
+class _TargetError(Exception):
+    pass
