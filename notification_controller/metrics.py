@@ -45,7 +45,9 @@ class EventMetrics:
             registry=registry,
         )
         self.events_unmatched = Counter(
-            "notification_events_unmatched_total", "Accepted events that no Alert took (sources, severity, inclusion/exclusion).", registry=registry
+            "notification_events_unmatched_total",
+            "Accepted events that no Alert took (sources, severity, inclusion/exclusion).",
+            registry=registry,
         )
         self.notifications = Counter(
             "notification_notifications_total",

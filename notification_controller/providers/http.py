@@ -130,7 +130,9 @@ class OutboundHTTP:
         headers = dict(request.headers)
         if request.basic_auth:  # set by hand: aiohttp.BasicAuth is deprecated in aiohttp 3.14
             user, password = request.basic_auth
-            headers["Authorization"] = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+            headers["Authorization"] = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode(
+                "ascii"
+            )
         try:
             for _ in range(MAX_REDIRECTS + 1):
                 async with self.session.request(

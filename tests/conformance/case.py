@@ -19,12 +19,16 @@ URL = "{url}"  # placeholder replaced by the capture server's base URL (e.g. htt
 class ProviderCase:
     type: str
     spec: dict[str, Any]  # Provider spec (camelCase) without type/secretRef; strings may contain {url}
-    secret: dict[str, str] = field(default_factory=dict)  # the secretRef Secret's stringData; may contain {url}
+    secret: dict[str, str] = field(
+        default_factory=dict
+    )  # the secretRef Secret's stringData; may contain {url}
     event: Event | None = None  # None → the kit's sample event
     # Called with the list of captured requests (tests.support.capture.CapturedRequest) after one delivery;
     # asserts URL path, method, headers and body against the reference.
     expect: Callable[[list[Any]], None] | None = None
-    http: bool = True  # False: not delivered over HTTP (nats, pubsub...): the HTTP fault matrix does not apply
+    http: bool = (
+        True  # False: not delivered over HTTP (nats, pubsub...): the HTTP fault matrix does not apply
+    )
     canaries: list[str] = field(default_factory=list)  # secret values that must never appear in errors/logs
     # Replies the capture server gives to non-final requests (e.g. a GET listing statuses before the POST):
     # mapping "METHOD path-regex" -> (status, json body)

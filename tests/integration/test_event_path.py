@@ -291,7 +291,9 @@ async def test_cross_namespace_refs_blocked(tmp_path: Path) -> None:
         assert await app.dispatcher.wait_idle(5)
         await asyncio.sleep(0.05)
         assert app.http.attempts == 0
-        [(ref, _, reason, message)] = [e for e in local_cluster(app).events if e[2] == "NotificationDispatchFailed"]
+        [(ref, _, _reason, message)] = [
+            e for e in local_cluster(app).events if e[2] == "NotificationDispatchFailed"
+        ]
         assert ref.name == "remote"
         assert "cross-namespace references have been blocked" in message
 

@@ -67,7 +67,9 @@ async def test_examples_deliver_and_sigterm_exits_zero(tmp_path: Path) -> None:
             body = (ROOT / "examples" / "event.json").read_bytes()
             async with aiohttp.ClientSession() as session:
                 async with session.post(
-                    f"http://127.0.0.1:{ports['events']}/", data=body, headers={"Content-Type": "application/json"}
+                    f"http://127.0.0.1:{ports['events']}/",
+                    data=body,
+                    headers={"Content-Type": "application/json"},
                 ) as resp:
                     assert resp.status == 202
             [req] = await sink.wait_for(1, timeout=10)

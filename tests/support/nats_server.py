@@ -111,7 +111,7 @@ async def _drain(stream: asyncio.StreamReader) -> None:
 
 def _nkeys() -> Any:
     """The ``nkeys`` module (``nats-py[nkeys]``), imported lazily so the module loads without it."""
-    import nkeys  # type: ignore[import-untyped]
+    import nkeys
 
     return nkeys
 

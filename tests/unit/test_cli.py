@@ -49,7 +49,9 @@ def test_go_flag_syntax() -> None:
     assert s.local_mode
 
 
-@pytest.mark.parametrize("argv", [["--feature-gates=Nope=true"], ["--rate-limit-interval=5"], ["--log-level=warn"]])
+@pytest.mark.parametrize(
+    "argv", [["--feature-gates=Nope=true"], ["--rate-limit-interval=5"], ["--log-level=warn"]]
+)
 def test_invalid_flags_exit(argv: list[str]) -> None:
     with pytest.raises(SystemExit):
         parse_args(argv, environ={})

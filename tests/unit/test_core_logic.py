@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from notification_controller.api.alert import Alert
+from notification_controller.api.common import ConditionStatus
 from notification_controller.api.event import Event, ObjectReference
 from notification_controller.core import conditions
 from notification_controller.core.clock import ManualClock, go_time_string
@@ -282,18 +283,18 @@ def test_redactor_never_leaks_a_known_secret(secret: str, noise: str) -> None:
 def test_condition_transition_time_changes_only_on_change() -> None:
     t0, t1 = datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 2, tzinfo=UTC)
     conds = conditions.set_condition(
-        [], "Ready", conditions.ConditionStatus.TRUE, "Succeeded", "ok", generation=1, now=t0
+        [], "Ready", ConditionStatus.TRUE, "Succeeded", "ok", generation=1, now=t0
     )
     same = conditions.set_condition(
-        conds, "Ready", conditions.ConditionStatus.TRUE, "Succeeded", "ok", generation=2, now=t1
+        conds, "Ready", ConditionStatus.TRUE, "Succeeded", "ok", generation=2, now=t1
     )
     assert same[0].last_transition_time == t0 and same[0].observed_generation == 2
     changed = conditions.set_condition(
-        same, "Ready", conditions.ConditionStatus.FALSE, "Failed", "no", generation=2, now=t1
+        same, "Ready", ConditionStatus.FALSE, "Failed", "no", generation=2, now=t1
     )
     assert changed[0].last_transition_time == t1
     ordered = conditions.set_condition(
-        changed, "Reconciling", conditions.ConditionStatus.TRUE, "Progressing", "", generation=2, now=t1
+        changed, "Reconciling", ConditionStatus.TRUE, "Progressing", "", generation=2, now=t1
     )
     assert [c.type for c in ordered] == ["Reconciling", "Ready"]
 
@@ -301,11 +302,11 @@ def test_condition_transition_time_changes_only_on_change() -> None:
 def test_is_ready_like_flux_runtime() -> None:
     now = datetime(2026, 1, 1, tzinfo=UTC)
     ready = conditions.set_condition(
-        [], "Ready", conditions.ConditionStatus.TRUE, "Succeeded", "", generation=1, now=now
+        [], "Ready", ConditionStatus.TRUE, "Succeeded", "", generation=1, now=now
     )
     assert conditions.is_ready(ready)
     reconciling = conditions.set_condition(
-        ready, "Reconciling", conditions.ConditionStatus.TRUE, "Progressing", "", generation=1, now=now
+        ready, "Reconciling", ConditionStatus.TRUE, "Progressing", "", generation=1, now=now
     )
     assert not conditions.is_ready(reconciling)
 

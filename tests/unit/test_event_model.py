@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import pytest
@@ -81,10 +82,8 @@ def test_null_string_fields_become_empty() -> None:
 
 @given(st.binary(max_size=256))
 def test_decode_never_raises_anything_but_decode_error(body: bytes) -> None:
-    try:
+    with contextlib.suppress(EventDecodeError):
         Event.decode(body)
-    except EventDecodeError:
-        pass
 
 
 @given(

@@ -922,7 +922,7 @@ def test_comment_requests() -> None:
 
 def test_nats_auth_precedence() -> None:
     """Reference §4.1: creds > nkey > username/password."""
-    import nkeys  # type: ignore[import-untyped]
+    import nkeys
 
     seed = bytes(nkeys.encode_seed(bytes(32), nkeys.PREFIX_BYTE_USER))
     creds = b"-----BEGIN NATS USER JWT-----\nx.y.z\n------END NATS USER JWT------\n-----BEGIN USER NKEY SEED-----\n"

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from notification_controller.api.alert import Alert
+from notification_controller.api.common import Secret
 from notification_controller.api.objects import parse_object
 from notification_controller.api.provider import Provider
 from notification_controller.errors import ManifestError
@@ -53,7 +54,7 @@ def test_multi_document_list_and_other_kinds(tmp_path: Path) -> None:
     assert result.errors == []
     kinds = sorted(o.KIND for o in result.objects)
     assert kinds == ["Alert", "Provider", "Secret"]
-    secret = next(o for o in result.objects if o.KIND == "Secret")
+    secret = next(o for o in result.objects if isinstance(o, Secret))
     assert secret.data == {"token": b"hunter2", "user": b"bob"}
     alert = next(o for o in result.objects if isinstance(o, Alert))
     assert alert.metadata.namespace == "default"
@@ -64,15 +65,41 @@ def test_multi_document_list_and_other_kinds(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("document", "field", "fragment"),
     [
-        ("kind: Alert\napiVersion: notification.toolkit.fluxcd.io/v1beta3\nmetadata: {name: x}\nspec: {providerRef: {name: p}}", "spec.eventSources", "Field required"),
-        ("kind: Provider\napiVersion: notification.toolkit.fluxcd.io/v1beta3\nmetadata: {name: x}\nspec: {type: carrier-pigeon}", "spec.type", "Input should be"),
-        ("kind: Provider\napiVersion: notification.toolkit.fluxcd.io/v1beta3\nmetadata: {name: x}\nspec: {type: slack, timeout: 1h}", "spec.timeout", "pattern"),
-        ("kind: Provider\napiVersion: notification.toolkit.fluxcd.io/v1beta3\nmetadata: {name: x}\nspec: {type: slack, commitStatusExpr: x}", "spec", "commitStatusExpr is only supported"),
-        ("kind: Receiver\napiVersion: notification.toolkit.fluxcd.io/v1\nmetadata: {name: x}\nspec: {type: github, resources: [{kind: GitRepository, name: r}]}", "spec", "secretRef is required"),
-        ("kind: Alert\napiVersion: notification.toolkit.fluxcd.io/v1beta3\nmetadata: {name: x}\nspec: {providerRef: {name: p}, eventSources: [], typo: 1}", "spec.typo", "Extra inputs"),
+        (
+            "kind: Alert\napiVersion: notification.toolkit.fluxcd.io/v1beta3\nmetadata: {name: x}\nspec: {providerRef: {name: p}}",
+            "spec.eventSources",
+            "Field required",
+        ),
+        (
+            "kind: Provider\napiVersion: notification.toolkit.fluxcd.io/v1beta3\nmetadata: {name: x}\nspec: {type: carrier-pigeon}",
+            "spec.type",
+            "Input should be",
+        ),
+        (
+            "kind: Provider\napiVersion: notification.toolkit.fluxcd.io/v1beta3\nmetadata: {name: x}\nspec: {type: slack, timeout: 1h}",
+            "spec.timeout",
+            "pattern",
+        ),
+        (
+            "kind: Provider\napiVersion: notification.toolkit.fluxcd.io/v1beta3\nmetadata: {name: x}\nspec: {type: slack, commitStatusExpr: x}",
+            "spec",
+            "commitStatusExpr is only supported",
+        ),
+        (
+            "kind: Receiver\napiVersion: notification.toolkit.fluxcd.io/v1\nmetadata: {name: x}\nspec: {type: github, resources: [{kind: GitRepository, name: r}]}",
+            "spec",
+            "secretRef is required",
+        ),
+        (
+            "kind: Alert\napiVersion: notification.toolkit.fluxcd.io/v1beta3\nmetadata: {name: x}\nspec: {providerRef: {name: p}, eventSources: [], typo: 1}",
+            "spec.typo",
+            "Extra inputs",
+        ),
     ],
 )
-def test_invalid_documents_are_reported_and_skipped(tmp_path: Path, document: str, field: str, fragment: str) -> None:
+def test_invalid_documents_are_reported_and_skipped(
+    tmp_path: Path, document: str, field: str, fragment: str
+) -> None:
     (tmp_path / "ok.yaml").write_text(GOOD)
     other = GOOD.split("---")[0].replace("name: slack", "name: teams")
     (tmp_path / "bad.yaml").write_text("---\n" + other + "---\n" + document + "\n")
