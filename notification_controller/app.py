@@ -29,11 +29,13 @@ from .core.clock import SystemClock
 from .core.ratelimit import FixedWindowLimiter
 from .core.redact import Redactor
 from .dispatch.dispatcher import Dispatcher, DispatchSettings
+from .errors import KubeError
 from .metrics import EventMetrics
 from .providers.http import OutboundHTTP, RetryPolicy
 from .providers.registry import registered_types
 from .providers.tokens import TokenCache
-from .server.events import create_event_app
+from .server.events import EventServerSettings, create_event_app
+from .server.events import runner_kwargs as event_runner_kwargs
 from .server.health import create_health_app
 from .server.metrics import create_metrics_app
 from .settings import Settings
@@ -145,11 +147,16 @@ class App:
             if change.kind == "Provider":
                 self.dispatcher.invalidate(change.namespace, change.name)
 
+    @property
+    def leadership_lost(self) -> bool:
+        return not self.settings.local_mode and self._kube.lost.is_set()
+
     def ready(self) -> bool:
         return self.store.synced and not self._stopping
 
     async def _serve(self, name: str, app: web.Application, addr: str) -> None:
-        options: dict[str, Any] = {"access_log": None, "handler_cancellation": True}
+        # Every listener gets the event server's connection limits (header/idle timeout, see server.events).
+        options = event_runner_kwargs(EventServerSettings())
         if name == "receiver":
             from .server.receivers import ReceiverServerSettings, runner_kwargs
 
@@ -251,7 +258,12 @@ class App:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         await self.start()
-        await stop.wait()
+        waiters = [asyncio.create_task(stop.wait())]
+        if not self.settings.local_mode:
+            waiters.append(asyncio.create_task(self._kube.lost.wait()))
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        for waiter in waiters:
+            waiter.cancel()
         await self.stop()
 
 
@@ -259,14 +271,14 @@ def run(settings: Settings) -> int:
     """Run until SIGTERM/SIGINT. Exit code 0 after a graceful shutdown, 1 if a port cannot be bound."""
     logsetup.configure(settings.log.level, settings.log.encoding, Redactor())
 
-    async def main() -> None:
+    async def main() -> int:
         app = App(settings)
         logsetup.configure(settings.log.level, settings.log.encoding, app.redactor)
         await app.serve_forever()
+        return 1 if app.leadership_lost else 0
 
     try:
-        asyncio.run(main())
-    except OSError as exc:
+        return asyncio.run(main())
+    except (OSError, KubeError) as exc:
         log.error("cannot start: %s", exc)
         return 1
-    return 0

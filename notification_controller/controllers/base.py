@@ -6,6 +6,12 @@ to the ``Cluster`` port: finalizers, one status patch — only when the desired 
 current one, so a resync of a converged object writes nothing (checklist D13) — and Kubernetes Events
 through the ``EventRecorder``. ``observedGeneration`` and ``lastHandledReconcileAt`` are set here, by the
 shared ``finish`` step (Flux's deferred patch, reference §6.3), never by the kind-specific code.
+
+Hooks API v1 (docs/hooks.md) plugs in here too: ``run_pre_reconcile`` calls the ``pre-reconcile`` hooks
+once the kind's own checks made the object Ready and folds their conditions into the draft (a hook error
+writes nothing and retries with backoff, as a sync handler's error does); ``sync_finalizers`` and
+``finalize`` manage Flux's finalizer and the hooks' one (``HOOKS_FINALIZER``) in single writes, and hold a
+deleted object until every ``finalize`` hook answered 2xx.
 """
 
 from __future__ import annotations
@@ -15,13 +21,14 @@ import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel
 
 from ..api import FINALIZER, RECONCILE_REQUEST_ANNOTATION
 from ..api.alert import Alert
 from ..api.common import Condition, ConditionStatus
+from ..api.hooks import HOOKS_FINALIZER, HookCapability
 from ..api.objects import Object
 from ..api.provider import Provider
 from ..api.receiver import Receiver
@@ -31,6 +38,9 @@ from ..core.redact import Redactor
 from ..errors import KubeError
 from ..store.base import Change, Cluster, Key, ObjectRef, ObjectStore
 from .events import NORMAL, WARNING, EventRecorder
+
+if TYPE_CHECKING:
+    from ..hooks.reconcile import ReconcileHooks
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +66,24 @@ class Result:
 
 
 DONE = Result()
+
+
+@dataclass(frozen=True)
+class HookStep:
+    """What the ``pre-reconcile`` hooks decided (docs/hooks.md, "pre-reconcile in the reconcilers").
+
+    * ``result`` replaces the kind's own result when set;
+    * ``write_status`` False: a non-permanent hook error — nothing is written, the key is retried with
+      backoff (sync-handler semantics: an error changes nothing);
+    * ``warning``: (reason, message) for kinds that do not derive Events from Ready transitions.
+    """
+
+    result: Result | None = None
+    write_status: bool = True
+    warning: tuple[str, str] | None = None
+
+
+CONTROLLER_CONDITIONS = frozenset({cond.READY, cond.RECONCILING, cond.STALLED})
 
 
 class ConditionsDraft:
@@ -182,12 +210,14 @@ class Reconciler(abc.ABC, Generic[ObjT]):
         clock: Clock,
         *,
         redactor: Redactor | None = None,
+        hooks: ReconcileHooks | None = None,
     ) -> None:
         self.store = store
         self.cluster = cluster
         self.recorder = recorder
         self.clock = clock
         self.redact = redactor if redactor is not None else Redactor()
+        self.hooks = hooks  # Hooks API v1 (pre-reconcile, finalize); None: no hooks at all
         self.status_writes = 0  # for tests and debugging: how many status patches were sent
 
     # ---- the contract with the manager -------------------------------------------------------------
@@ -210,24 +240,96 @@ class Reconciler(abc.ABC, Generic[ObjT]):
     def has_finalizer(obj: Object) -> bool:
         return FINALIZER in obj.metadata.finalizers
 
-    async def add_finalizer(self, obj: ObjT) -> None:
-        await self.cluster.set_finalizers(
-            ObjectRef.of(obj), [*obj.metadata.finalizers, FINALIZER], obj.metadata.resource_version
-        )
+    # ---- finalizers (Flux's and the hooks') --------------------------------------------------------
+    def wants_hooks_finalizer(self, obj: ObjT) -> bool:
+        return self.hooks is not None and self.hooks.applies(obj, HookCapability.FINALIZE)
 
-    async def remove_finalizer(self, obj: ObjT) -> None:
-        remaining = [f for f in obj.metadata.finalizers if f != FINALIZER]
+    async def sync_finalizers(self, obj: ObjT, *, flux: bool) -> list[str] | None:
+        """Give ``obj`` exactly the finalizers it needs (Flux's when ``flux``; the hooks' when a ``finalize``
+        hook applies), in one write, keeping everyone else's. Returns what was written (None: nothing)."""
+        current = list(obj.metadata.finalizers)
+        want = {FINALIZER: flux, HOOKS_FINALIZER: self.wants_hooks_finalizer(obj)}
+        desired = [f for f in current if want.get(f, True)]
+        desired += [f for f, wanted in want.items() if wanted and f not in desired]
+        if desired == current:
+            return None
+        await self.cluster.set_finalizers(ObjectRef.of(obj), desired, obj.metadata.resource_version)
+        return desired
+
+    async def finalize(self, obj: ObjT, children: dict[str, Any]) -> tuple[Result, list[str]]:
+        """Deletion: run the ``finalize`` hooks (if ``obj`` carries their finalizer), then drop our finalizers
+        in one write. A hook that did not answer 2xx keeps the object (Warning ``HookFailed``, retried with
+        backoff). Returns the result and the finalizers removed."""
+        finalizers = obj.metadata.finalizers
+        if HOOKS_FINALIZER in finalizers and self.wants_hooks_finalizer(obj):
+            assert self.hooks is not None
+            failed = await self.hooks.finalize(obj, children)
+            if failed is not None:
+                _, error = failed
+                message = self.redact(f"deletion blocked: {error}")
+                log.warning("%s: %s", self.describe(obj), message)
+                await self.warn(obj, cond.HOOK_FAILED, message)
+                return Result(error=message), []
+        remaining = [f for f in finalizers if f not in (FINALIZER, HOOKS_FINALIZER)]
+        if remaining == list(finalizers):
+            return DONE, []
         try:
             await self.cluster.set_finalizers(ObjectRef.of(obj), remaining, obj.metadata.resource_version)
         except KubeError as exc:
             if not exc.not_found:  # already gone: nothing left to do
                 raise
+        return DONE, [f for f in finalizers if f not in remaining]
+
+    # ---- pre-reconcile hooks ----------------------------------------------------------------------
+    async def run_pre_reconcile(self, obj: ObjT, draft: StatusDraft, children: dict[str, Any]) -> HookStep:
+        """Call the ``pre-reconcile`` hooks once the controller's own checks made the object Ready.
+
+        Hook conditions go into the draft; a non-True one → Ready=False with its reason and message
+        (retried with backoff); a permanent error without ``continue`` → Ready=False/Stalled ``HookFailed``;
+        a non-permanent one → nothing written, Warning ``HookFailed``, retried with backoff.
+        """
+        if self.hooks is None or not draft.conditions.is_true(cond.READY):
+            return HookStep()
+        if not self.hooks.applies(obj, HookCapability.PRE_RECONCILE):
+            # No hook answers for this object any more: drop the conditions hooks had set.
+            for condition in obj.status.conditions:
+                if condition.type not in CONTROLLER_CONDITIONS:
+                    draft.conditions.delete(condition.type)
+            return HookStep()
+        outcome = await self.hooks.pre_reconcile(obj, children)
+        if outcome.failure is not None:
+            message = self.redact(str(outcome.failure))
+            if not outcome.failure.permanent:
+                log.warning("%s: %s; retrying with backoff", self.describe(obj), message)
+                await self.warn(obj, cond.HOOK_FAILED, message)
+                return HookStep(result=Result(error=message), write_status=False)
+            draft.conditions.mark_false(cond.READY, cond.HOOK_FAILED, message)
+            draft.conditions.mark_stalled(cond.HOOK_FAILED, message)
+            draft.observed_generation = obj.metadata.generation
+            return HookStep(result=DONE, warning=(cond.HOOK_FAILED, message))
+        for returned in outcome.conditions:
+            draft.conditions.set(
+                returned.type, returned.status, returned.reason, self.redact(returned.message)
+            )
+        if outcome.veto is not None:
+            message = self.redact(outcome.veto.message)
+            draft.conditions.mark_false(cond.READY, outcome.veto.reason, message)
+            return HookStep(result=Result(requeue=True), warning=(outcome.veto.reason, message))
+        return HookStep()
 
     async def write_status(self, obj: ObjT, desired: BaseModel) -> bool:
         """Patch the status only if it differs from the stored one. Returns True if a patch was sent."""
+        # An empty string means "unset" (e.g. webhookPath after TokenNotFound): normalise before comparing.
+        empty = {name: None for name, value in desired if value == ""}
+        if empty:
+            desired = desired.model_copy(update=empty)
         if desired == obj.status:
             return False
         body = desired.model_dump(by_alias=True, mode="json", exclude_none=True)
+        # Fields set before and unset now are cleared with an explicit null (merge-patch semantics).
+        for name, field in type(desired).model_fields.items():
+            if getattr(desired, name) is None and getattr(obj.status, name, None) is not None:
+                body[field.alias or name] = None
         try:
             await self.cluster.patch_status(ObjectRef.of(obj), body)
         except KubeError as exc:

@@ -168,6 +168,7 @@ class LocalCluster:
     async def patch_status(self, ref: ObjectRef, status: Mapping[str, Any]) -> None:
         key = (ref.kind, ref.namespace, ref.name)
         merged = {**self.statuses.get(key, {}), **status}
+        merged = {k: v for k, v in merged.items() if v is not None}  # merge-patch: null deletes
         self.statuses[key] = merged
         current = self.store.get(ref.kind, ref.namespace, ref.name)
         if current is not None:

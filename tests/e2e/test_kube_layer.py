@@ -582,15 +582,23 @@ async def test_leader_killed_without_release_is_replaced_after_the_lease_expires
     loop = asyncio.get_running_loop()
     a = _elector(client, namespace, "replica-a", release_on_cancel=False)
     b = _elector(client, namespace, "replica-b")
-    async with b:
-        async with a:
-            await asyncio.wait_for(a.wait_leading(), 10)
+    # a must lead first: start it alone, then the standby (entering both at once races for the lease).
+    async with a:
+        await asyncio.wait_for(a.wait_leading(), 10)
+        await b.__aenter__()
+        try:
             await eventually(lambda: b.observed_holder == "replica-a", "b to observe a")
+        except BaseException:
+            await b.__aexit__(None, None, None)
+            raise
+    try:
         stopped = loop.time()
         assert (await _lease(kube, namespace))["holderIdentity"] == "replica-a"
         await asyncio.wait_for(b.wait_leading(), 10)
         elapsed = loop.time() - stopped
         assert 3.0 - 2 * 0.5 * 2.2 <= elapsed <= 3.0 + 2.5  # lease duration ± what b saw before a stopped
+    finally:
+        await b.__aexit__(None, None, None)
 
 
 async def test_leadership_is_lost_when_the_api_server_is_gone_past_the_renew_deadline(

@@ -1,0 +1,187 @@
+"""Kubernetes mode for the App: client, informers, the Cluster port, leader election.
+
+``KubeRuntime`` is built synchronously by the App (which needs a ``Cluster`` for its dispatcher and
+controllers at construction) and connects in ``start()``; until then ``cluster`` refuses calls.
+Every replica serves events and webhooks from its informer cache; only the Lease holder reconciles,
+and losing the Lease cancels the controllers at once (checklist H3) and stops the process (as Flux,
+the Deployment restarts it and it campaigns again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry
+
+from ..errors import KubeError
+from ..settings import Settings
+from ..store.base import ObjectRef, ObjectStore
+from .client import KubeClient
+from .cluster import KubeCluster
+from .informer import InvalidEntry, InvalidKey, Informers, watch_namespace
+from .leader import LeaderElector
+
+if TYPE_CHECKING:
+    from ..controllers.manager import ControllerManager
+
+log = logging.getLogger(__name__)
+
+_VERSIONS = {"Alert": "v1beta3", "Provider": "v1beta3", "Receiver": "v1"}
+GROUP = "notification.toolkit.fluxcd.io"
+
+
+class DeferredCluster:
+    """The ``Cluster`` port, bound to a ``KubeCluster`` once the client has connected."""
+
+    def __init__(self) -> None:
+        self.target: KubeCluster | None = None
+
+    def _get(self) -> KubeCluster:
+        if self.target is None:
+            raise KubeError("not connected to the Kubernetes API yet", status=503)
+        return self.target
+
+    async def get_metadata(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any]:
+        return await self._get().get_metadata(api_version, kind, namespace, name)
+
+    async def list_metadata(
+        self, api_version: str, kind: str, namespace: str, match_labels: Mapping[str, str]
+    ) -> list[dict[str, Any]]:
+        return await self._get().list_metadata(api_version, kind, namespace, match_labels)
+
+    async def annotate(
+        self, api_version: str, kind: str, namespace: str, name: str, annotations: Mapping[str, str]
+    ) -> None:
+        await self._get().annotate(api_version, kind, namespace, name, annotations)
+
+    async def patch_status(self, ref: ObjectRef, status: Mapping[str, Any]) -> None:
+        await self._get().patch_status(ref, status)
+
+    async def set_finalizers(self, ref: ObjectRef, finalizers: Sequence[str], resource_version: str) -> None:
+        await self._get().set_finalizers(ref, finalizers, resource_version)
+
+    async def emit_event(
+        self, ref: ObjectRef, type_: str, reason: str, message: str, annotations: Mapping[str, str] | None
+    ) -> None:
+        await self._get().emit_event(ref, type_, reason, message, annotations)
+
+
+class KubeRuntime:
+    def __init__(self, settings: Settings, store: ObjectStore, registry: CollectorRegistry) -> None:
+        self.settings = settings
+        self.store = store
+        self.registry = registry
+        self.cluster = DeferredCluster()
+        self.client: KubeClient | None = None
+        self.informers: Informers | None = None
+        self.elector: LeaderElector | None = None
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._invalid_tasks: set[asyncio.Task[None]] = set()
+        self.lost = asyncio.Event()  # set when leadership is lost: the App exits
+
+    async def start(self) -> list[asyncio.Task[Any]]:
+        s = self.settings
+        self.client = await KubeClient.connect(s.kube.kubeconfig, qps=s.kube.qps, burst=s.kube.burst)
+        log.info("connected to the Kubernetes API at %s", self.client.host)
+        self.cluster.target = KubeCluster(self.client)
+        namespace = watch_namespace(
+            s.kube.watch_all_namespaces, {"RUNTIME_NAMESPACE": s.kube.runtime_namespace}
+        )
+        self.informers = Informers(self.client, self.store, namespace=namespace, on_invalid=self._on_invalid)
+        task = asyncio.create_task(self.informers.run(), name="informers")
+        self._tasks.append(task)
+        return [task]
+
+    def run_controllers(self, controllers: ControllerManager) -> list[asyncio.Task[Any]]:
+        """Reconcile while leading (or always, without leader election)."""
+        task = asyncio.create_task(self._lead(controllers), name="leadership")
+        self._tasks.append(task)
+        return [task]
+
+    async def _lead(self, controllers: ControllerManager) -> None:
+        s = self.settings
+        assert self.client is not None
+        if not s.leader.enabled:
+            await controllers.run()
+            return
+        namespace = s.kube.runtime_namespace or os.environ.get("RUNTIME_NAMESPACE", "")
+        async with LeaderElector(
+            self.client,
+            namespace=namespace,
+            lease_duration=s.leader.lease_duration,
+            renew_deadline=s.leader.renew_deadline,
+            retry_period=s.leader.retry_period,
+            release_on_cancel=s.leader.release_on_cancel,
+        ) as elector:
+            self.elector = elector
+            log.info("campaigning for leadership as %s", elector.identity)
+            await elector.wait_leading()
+            log.info("leading as %s: starting the reconcilers", elector.identity)
+            run = asyncio.create_task(controllers.run(), name="controllers")
+            lost = asyncio.create_task(elector.wait_lost(), name="leader-lost")
+            try:
+                done, _ = await asyncio.wait({run, lost}, return_when=asyncio.FIRST_COMPLETED)
+                if lost in done:
+                    log.error("leadership lost as %s: stopping the reconcilers", elector.identity)
+                    run.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await run
+                    self.lost.set()
+            finally:
+                for task in (run, lost):
+                    task.cancel()
+                await controllers.stop(deadline=2.0)
+
+    def _on_invalid(self, key: InvalidKey, entry: InvalidEntry | None) -> None:
+        """An object the API server holds but our models reject (checklist D9): Ready=False, an Event."""
+        if entry is None:
+            return
+        kind, namespace, name = key
+        if kind not in _VERSIONS:
+            return
+        raw, error = entry
+        meta = raw.get("metadata") or {}
+        ref = ObjectRef(f"{GROUP}/{_VERSIONS[kind]}", kind, namespace, name, str(meta.get("uid", "")))
+        generation = int(meta.get("generation") or 0)
+        message = f"invalid {kind} spec: {error}"
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        status = {
+            "observedGeneration": generation,
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "False",
+                    "reason": "ValidationFailed",
+                    "message": message[:32768],
+                    "lastTransitionTime": now,
+                    "observedGeneration": generation,
+                }
+            ],
+        }
+        log.warning("%s %s/%s rejected: %s", kind, namespace, name, error)
+
+        async def report() -> None:
+            try:
+                await self.cluster.patch_status(ref, status)
+                await self.cluster.emit_event(ref, "Warning", "ValidationFailed", message, None)
+            except KubeError as exc:
+                log.warning("could not report invalid %s %s/%s: %s", kind, namespace, name, exc)
+
+        task = asyncio.get_running_loop().create_task(report())
+        self._invalid_tasks.add(task)
+        task.add_done_callback(self._invalid_tasks.discard)
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self.client is not None:
+            await self.client.close()
