@@ -1,0 +1,1 @@
+"""Benchmarks of the controller against a same-run baseline (``make bench``; see bench/README.md)."""
