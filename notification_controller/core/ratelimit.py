@@ -47,7 +47,7 @@ class Decision:
     reset: datetime
 
     def headers(self) -> dict[str, str]:
-        reset = self.reset.astimezone(UTC).strftime("%a, %d %b %Y %H:%M:%S UTC")
+        reset = rfc1123_utc(self.reset)
         out = {
             "X-RateLimit-Limit": str(self.limit),
             "X-RateLimit-Remaining": str(self.remaining),
@@ -56,6 +56,19 @@ class Decision:
         if not self.allowed:
             out["Retry-After"] = reset
         return out
+
+
+_DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+
+def rfc1123_utc(moment: datetime) -> str:
+    """``Mon, 02 Jan 2006 15:04:05 UTC`` (Go's http.TimeFormat with UTC), without locale-dependent strftime."""
+    t = moment.astimezone(UTC)
+    return (
+        f"{_DAYS[t.weekday()]}, {t.day:02d} {_MONTHS[t.month - 1]} {t.year} "
+        f"{t.hour:02d}:{t.minute:02d}:{t.second:02d} UTC"
+    )
 
 
 class _Bucket:

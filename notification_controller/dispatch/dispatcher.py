@@ -28,6 +28,7 @@ from ..api.event import (
     MD_COMMIT,
     MD_COMMIT_STATUS,
     MD_COMMIT_STATUS_UPDATE,
+    MD_TOKEN,
     SEVERITY_ERROR,
     Event,
 )
@@ -102,6 +103,7 @@ class Dispatcher:
         self._tasks: set[asyncio.Task[None]] = set()
         self._notifiers: dict[tuple[str, str], _CachedNotifier] = {}
         self._accepting = True
+        self._interrupted = 0  # in-flight deliveries cancelled by shutdown
 
     # ---- ingest --------------------------------------------------------------------------------
     @property
@@ -118,7 +120,10 @@ class Dispatcher:
         Cheap and synchronous for the common case, so the event server answers 202 immediately.
         """
         obj = event.involved_object
-        event = event.model_copy(update={"metadata": exclude_internal_metadata(event.metadata, obj.group)})
+        if f"{obj.group}/{MD_TOKEN}" in event.metadata:
+            event = event.model_copy(
+                update={"metadata": exclude_internal_metadata(event.metadata, obj.group)}
+            )
         matched: list[CompiledAlert] = []
         need_labels: list[CompiledAlert] = []
         for compiled in self.store.alerts_for(obj.namespace, obj.kind):
@@ -329,6 +334,13 @@ class Dispatcher:
                 notification, queued_at = lane.queue.popleft()
                 try:
                     await self._deliver(notification, queued_at)
+                except asyncio.CancelledError:
+                    if not self._accepting:  # cut off by shutdown after the grace period: count it
+                        self._interrupted += 1
+                        self.metrics.dropped.labels(
+                            provider_type=notification.provider_type, reason="shutdown"
+                        ).inc()
+                    raise
                 finally:
                     self._pending -= 1
                     self.metrics.pending.set(self._pending)
@@ -431,23 +443,34 @@ class Dispatcher:
     async def shutdown(self, grace: float) -> int:
         """Stop accepting, let in-flight deliveries finish within ``grace`` seconds, then cancel the rest.
 
-        Returns how many notifications were abandoned (counted as dropped with reason ``shutdown``).
+        Returns how many notifications were abandoned: those still queued and those whose delivery was
+        still in flight when the grace period ended; each is counted once in
+        ``notification_dropped_total{reason="shutdown"}``, so every notification handed to a lane ends up
+        delivered, failed or dropped.
         """
         self._accepting = False
         await self.wait_idle(grace)
-        abandoned = 0
+        queued = 0
         for lane in self._lanes.values():
             while lane.queue:
                 notification, _ = lane.queue.popleft()
                 self.metrics.dropped.labels(provider_type=notification.provider_type, reason="shutdown").inc()
-                abandoned += 1
+                queued += 1
+        self._pending -= queued
+        self.metrics.pending.set(self._pending)
         tasks = [t for t in self._tasks if not t.done()]
         for task in tasks:
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+        abandoned = queued + self._interrupted
         if abandoned:
-            log.warning("shutdown abandoned %d queued notifications", abandoned)
+            log.warning(
+                "shutdown abandoned %d notifications (%d queued, %d in flight)",
+                abandoned,
+                queued,
+                self._interrupted,
+            )
         return abandoned
 
     def invalidate(self, namespace: str, name: str) -> None:

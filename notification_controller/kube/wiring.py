@@ -24,7 +24,7 @@ from ..settings import Settings
 from ..store.base import ObjectRef, ObjectStore
 from .client import KubeClient
 from .cluster import KubeCluster
-from .informer import InvalidEntry, InvalidKey, Informers, watch_namespace
+from .informer import Informers, InvalidEntry, InvalidKey, watch_namespace
 from .leader import LeaderElector
 
 if TYPE_CHECKING:

@@ -29,6 +29,8 @@ from .base import ObjectRef, ObjectStore
 log = logging.getLogger(__name__)
 
 SUFFIXES = (".yaml", ".yml", ".json")
+# libyaml's safe loader parses 10x faster than the pure-Python one (start-up with 10k Alerts).
+_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _UID_NS = uuid.UUID("6b1d0d36-0c3b-4b6f-9d65-3f1f2c4f7a10")
 
 
@@ -41,7 +43,7 @@ class LoadResult:
 
 def _documents(path: Path) -> list[Any]:
     text = path.read_text(encoding="utf-8")
-    docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    docs = [d for d in yaml.load_all(text, Loader=_LOADER) if d is not None]  # noqa: S506 (a safe loader)
     out: list[Any] = []
     for doc in docs:
         if isinstance(doc, dict) and doc.get("kind") == "List" and isinstance(doc.get("items"), list):

@@ -318,3 +318,13 @@ def test_go_json_sorts_maps_but_keeps_struct_order() -> None:
 def test_object_reference_group() -> None:
     assert ObjectReference(apiVersion="v1").group == ""
     assert ObjectReference(apiVersion=f"{KS}/v1").group == KS
+
+
+def test_rfc1123_matches_strftime_in_the_c_locale() -> None:
+    from notification_controller.core.ratelimit import rfc1123_utc
+
+    for moment in (
+        datetime(2006, 1, 2, 15, 4, 5, tzinfo=UTC),
+        datetime(2026, 12, 31, 23, 59, 59, tzinfo=UTC),
+    ):
+        assert rfc1123_utc(moment) == moment.strftime("%a, %d %b %Y %H:%M:%S UTC")
