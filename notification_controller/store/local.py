@@ -43,7 +43,7 @@ class LoadResult:
 
 def _documents(path: Path) -> list[Any]:
     text = path.read_text(encoding="utf-8")
-    docs = [d for d in yaml.load_all(text, Loader=_LOADER) if d is not None]  # noqa: S506 (a safe loader)
+    docs = [d for d in yaml.load_all(text, Loader=_LOADER) if d is not None]
     out: list[Any] = []
     for doc in docs:
         if isinstance(doc, dict) and doc.get("kind") == "List" and isinstance(doc.get("items"), list):
