@@ -187,7 +187,7 @@ class Dispatcher:
             self.metrics.dropped.labels(provider_type="", reason="internal").inc()
             return
         if isinstance(result, Drop):
-            self._count_drop(result, "")
+            self._count_drop(result, result.provider_type)
             return
         self._enqueue(result)
 
@@ -207,12 +207,12 @@ class Dispatcher:
             )
         ptype = provider.spec.type
         if provider.spec.suspend:
-            return Drop("suspended")
+            return Drop("suspended", provider_type=ptype)
         group = obj.group
         md = event.metadata
         commit_status_update = md.get(f"{group}/{MD_COMMIT_STATUS}") == MD_COMMIT_STATUS_UPDATE
         if commit_status_update and ptype not in COMMIT_STATUS_TYPES and ptype not in GENERIC_TYPES:
-            return Drop("commit_status_update")
+            return Drop("commit_status_update", provider_type=ptype)
         if (
             ptype in COMMIT_STATUS_TYPES
             and not md.get(EVENT_ANNOTATION_PREFIX + MD_COMMIT)
@@ -222,9 +222,14 @@ class Dispatcher:
             return Drop(
                 "commit_status",
                 "event dropped for commit status providers due to missing commit metadata key",
+                provider_type=ptype,
             )
         if ptype in CHANGE_REQUEST_TYPES and not md.get(EVENT_ANNOTATION_PREFIX + MD_CHANGE_REQUEST):
-            return Drop("change_request", "event dropped due to missing change request metadata key")
+            return Drop(
+                "change_request",
+                "event dropped due to missing change request metadata key",
+                provider_type=ptype,
+            )
         if provider.spec.service_account_name and not self.settings.object_level_workload_identity:
             raise ControllerError(
                 "to use spec.serviceAccountName for provider authentication please enable the "

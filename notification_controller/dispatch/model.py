@@ -39,6 +39,7 @@ class Drop:
     reason: str
     message: str = ""
     warn: bool = False  # emit a Warning Kubernetes Event on the Alert
+    provider_type: str = ""  # metric label when the drop happens before a Notification exists
 
 
 class Stage(Protocol):

@@ -1,0 +1,39 @@
+"""Provider registry == CRD enum == docs pages (STYLE: no type can drift; reference §1.3)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import yaml
+
+from notification_controller.api.provider import ProviderType
+from notification_controller.errors import ProviderConfigError
+from notification_controller.providers.base import ProviderOptions
+from notification_controller.providers.registry import create_notifier, registered_types
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def crd_enum() -> set[str]:
+    crd = yaml.safe_load((ROOT / "crds" / "notification.toolkit.fluxcd.io_providers.yaml").read_text())
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return set(schema["properties"]["spec"]["properties"]["type"]["enum"])
+
+
+def test_registry_equals_crd_enum_equals_docs() -> None:
+    registry = {str(t) for t in registered_types()}
+    docs = {p.stem for p in (ROOT / "docs" / "providers").glob("*.md") if p.stem != "README"}
+    assert len(ProviderType) == 34
+    assert registry == {str(t) for t in ProviderType}
+    assert crd_enum() == registry
+    assert docs == registry, f"missing docs: {registry - docs}, stray docs: {docs - registry}"
+
+
+def test_an_unknown_type_is_a_clear_error_not_a_crash() -> None:
+    """The CRD enum makes it impossible; if reached anyway (an older CRD), the Provider gets a clear error."""
+    opts = ProviderOptions(type=ProviderType.GENERIC, name="p", namespace="ns", address="http://x.example/")
+    unknown = dataclasses.replace(opts, type="carrier-pigeon")  # type: ignore[arg-type]
+    with pytest.raises(ProviderConfigError, match="provider carrier-pigeon not supported"):
+        create_notifier(unknown)
