@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 E2E_BUILD := tests/e2e/build-apiserver.sh
 
-.PHONY: run test check lint types imports unit e2e bench soak crds fmt clean sink
+.PHONY: run test check lint types imports unit e2e bench soak crds fmt clean sink hook
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,13 +17,19 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+MANIFESTS ?= examples/manifests
+
 run: $(STAMP)
-	$(PY) -m notification_controller --manifests examples/manifests --log-encoding console \
+	$(PY) -m notification_controller --manifests $(MANIFESTS) --log-encoding console \
 		--events-addr 127.0.0.1:9090 --receiverAddr 127.0.0.1:9292 \
 		--metrics-addr 127.0.0.1:8080 --health-addr 127.0.0.1:9440
 
 sink: $(STAMP)
 	$(PY) examples/sink.py
+
+# The example pre-dispatch hook (docs/hooks.md) on 127.0.0.1:9595; HOOK_ARGS=--always-open for demos.
+hook: $(STAMP)
+	HOOK_HMAC_KEY=change-me-hook-key $(PY) examples/hooks/enricher.py $(HOOK_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

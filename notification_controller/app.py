@@ -29,7 +29,8 @@ from .core.clock import SystemClock
 from .core.ratelimit import FixedWindowLimiter
 from .core.redact import Redactor
 from .dispatch.dispatcher import Dispatcher, DispatchSettings
-from .errors import KubeError
+from .errors import ConfigError, KubeError
+from .hooks import Hooks, load_hooks_config
 from .metrics import EventMetrics
 from .providers.http import OutboundHTTP, RetryPolicy
 from .providers.registry import registered_types
@@ -107,6 +108,15 @@ class App:
             self.cluster = self._kube.cluster
         self.recorder = EventRecorder(self.cluster, self.clock, self.redactor)
         self.sink = RecorderSink(self.recorder)
+        self.hooks = Hooks(  # Hooks API v1 (docs/hooks.md); controller-wide hooks from --hooks-config
+            self.store,
+            self.cluster,
+            self.http,
+            registry=self.registry,
+            config=load_hooks_config(s.hooks_config) if s.hooks_config else None,
+            runtime_namespace=s.kube.runtime_namespace,
+            clock=self.clock,
+        )
         self.controllers = ControllerManager(
             self.store,
             self.cluster,
@@ -121,6 +131,7 @@ class App:
             registry=self.registry,
             redactor=self.redactor,
             recorder=self.recorder,
+            hooks=self.hooks.reconcile,
         )
         self.limiter = FixedWindowLimiter(s.events.rate_limit_interval, self.clock)
         self.dispatcher = Dispatcher(
@@ -135,6 +146,7 @@ class App:
                 provider_concurrency=s.events.provider_concurrency,
                 object_level_workload_identity=s.gate("ObjectLevelWorkloadIdentity"),
             ),
+            stages=[self.hooks.pre_dispatch],
             redactor=self.redactor,
             tokens=TokenCache(),
         )
@@ -279,6 +291,6 @@ def run(settings: Settings) -> int:
 
     try:
         return asyncio.run(main())
-    except (OSError, KubeError) as exc:
+    except (OSError, KubeError, ConfigError) as exc:
         log.error("cannot start: %s", exc)
         return 1

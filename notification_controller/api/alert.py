@@ -8,6 +8,7 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from .common import CrossNamespaceObjectReference, LocalObjectReference, Model, ObjectMeta, ObjectStatus
+from .hooks import AlertHooks, hooks_field
 
 
 class EventSeverity(StrEnum):
@@ -24,6 +25,7 @@ class AlertSpec(Model):
     event_metadata: dict[str, str] | None = None
     summary: str | None = Field(None, max_length=255)
     suspend: bool = False
+    hooks: AlertHooks | None = hooks_field("Alert")
 
 
 class Alert(BaseModel):

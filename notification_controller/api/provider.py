@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..core.duration import DURATION_PATTERN, TIMEOUT_PATTERN, parse_duration
 from .common import LocalObjectReference, Model, ObjectMeta, ObjectStatus
+from .hooks import ProviderHooks, hooks_field
 
 DEFAULT_TIMEOUT_SECONDS = 15.0
 
@@ -101,6 +102,7 @@ class ProviderSpec(Model):
     cert_secret_ref: LocalObjectReference | None = None
     suspend: bool = False
     commit_status_expr: str | None = None
+    hooks: ProviderHooks | None = hooks_field("Provider")
 
     def timeout_seconds(self) -> float:
         return parse_duration(self.timeout) if self.timeout else DEFAULT_TIMEOUT_SECONDS

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..core.duration import DURATION_PATTERN, parse_duration
 from .common import Condition, LocalObjectReference, Model, ObjectMeta, SourceKind
+from .hooks import ReceiverHooks, hooks_field
 
 DEFAULT_INTERVAL_SECONDS = 600.0
 DEFAULT_OIDC_AUDIENCE = "notification-controller"
@@ -96,6 +97,7 @@ class ReceiverSpec(Model):
         None, json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["issuerURL"]}
     )
     suspend: bool = False
+    hooks: ReceiverHooks | None = hooks_field("Receiver")
 
     def interval_seconds(self) -> float:
         return parse_duration(self.interval) if self.interval else DEFAULT_INTERVAL_SECONDS

@@ -24,11 +24,13 @@ import logging
 
 import re2
 
+from ..api import FINALIZER
 from ..api.alert import Alert
 from ..api.common import ConditionStatus, ObjectStatus
 from ..core import conditions as cond
 from ..core.clock import Clock
 from ..core.redact import Redactor
+from ..hooks.reconcile import ReconcileHooks, alert_children
 from ..store.base import Change, Cluster, Key, ObjectRef, ObjectStore
 from .base import DONE, ConditionsDraft, Reconciler, Result, StatusDraft, spec_or_meta_changed
 from .events import NORMAL, EventRecorder
@@ -78,8 +80,9 @@ class AlertReconciler(Reconciler[Alert]):
         *,
         redactor: Redactor | None = None,
         no_cross_namespace_refs: bool = False,
+        hooks: ReconcileHooks | None = None,
     ) -> None:
-        super().__init__(store, cluster, recorder, clock, redactor=redactor)
+        super().__init__(store, cluster, recorder, clock, redactor=redactor, hooks=hooks)
         self.no_cross_namespace_refs = no_cross_namespace_refs
         self._provider_of: dict[Key, Key] = {}
         self._by_provider: dict[Key, set[Key]] = {}
@@ -127,25 +130,33 @@ class AlertReconciler(Reconciler[Alert]):
             self._unindex(key)
             return DONE
         meta = obj.metadata
-        deleting = meta.deletion_timestamp is not None
-        if self.has_finalizer(obj):
-            if obj.spec.suspend and not deleting:
-                log.info("reconciliation is suspended for this object: %s", self.describe(obj))
-                return DONE
-            await self.remove_finalizer(obj)
-            await self.recorder.event(ObjectRef.of(obj), NORMAL, MIGRATION, MIGRATION_MESSAGE)
-        if deleting:
+        if meta.deletion_timestamp is not None:
+            result, removed = await self.finalize(obj, alert_children(obj))
+            if FINALIZER in removed:
+                await self.recorder.event(ObjectRef.of(obj), NORMAL, MIGRATION, MIGRATION_MESSAGE)
+            return result
+        if self.has_finalizer(obj) and obj.spec.suspend:
+            log.info("reconciliation is suspended for this object: %s", self.describe(obj))
             return DONE
+        # Flux's finalizer goes (migration); the hooks' one comes when a finalize hook applies. One write.
+        written = await self.sync_finalizers(obj, flux=False)
+        if written is not None and self.has_finalizer(obj):
+            await self.recorder.event(ObjectRef.of(obj), NORMAL, MIGRATION, MIGRATION_MESSAGE)
 
         draft = StatusDraft(
             ConditionsDraft(obj.status.conditions),
             obj.status.observed_generation,
             obj.status.last_handled_reconcile_at,
         )
+        result = DONE  # everything an Alert depends on is watched: no periodic requeue needed
         if obj.spec.suspend:
             log.info("reconciliation is suspended for this object: %s", self.describe(obj))
         else:
             self._evaluate(obj, draft)
+            step = await self.run_pre_reconcile(obj, draft, alert_children(obj))
+            if not step.write_status:
+                return step.result or DONE
+            result = step.result or result
         draft.finish(meta.annotations, meta.generation)
         conditions = draft.conditions.build(generation=meta.generation, now=self.clock.now())
         desired = ObjectStatus(
@@ -155,7 +166,7 @@ class AlertReconciler(Reconciler[Alert]):
         )
         await self.write_status(obj, desired)
         await self.ready_transition_event(obj, obj.status.conditions, conditions, READY_MESSAGE)
-        return DONE  # everything an Alert depends on is watched: no periodic requeue needed
+        return result
 
     def _evaluate(self, obj: Alert, draft: StatusDraft) -> None:
         generation = obj.metadata.generation

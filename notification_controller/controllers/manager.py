@@ -12,7 +12,9 @@
   (``notification_reconcile_errors_total{kind}``) and retried with backoff, and the other keys keep
   flowing (checklist D9, D12);
 * ``gotk_reconcile_duration_seconds{kind,name,namespace}`` is observed per reconcile and its series
-  deleted with the object.
+  deleted with the object;
+* with ``hooks`` (Hooks API v1, docs/hooks.md) every reconciler calls the ``pre-reconcile`` hooks before
+  writing status and the ``finalize`` hooks before releasing a deleted object.
 
 The same code runs in Kubernetes mode and local mode: only the ``Cluster`` given differs.
 """
@@ -31,6 +33,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from ..core.clock import Clock
 from ..core.redact import Redactor
 from ..errors import ControllerError
+from ..hooks.reconcile import ReconcileHooks
 from ..store.base import Change, Cluster, Key, ObjectStore
 from .alert import AlertReconciler
 from .base import Reconciler, Result
@@ -107,6 +110,7 @@ class ControllerManager:
         registry: CollectorRegistry | None = None,
         redactor: Redactor | None = None,
         recorder: EventRecorder | None = None,
+        hooks: ReconcileHooks | None = None,
     ) -> None:
         self.store = store
         self.cluster = cluster
@@ -116,7 +120,9 @@ class ControllerManager:
         self.metrics = ReconcileMetrics(registry if registry is not None else CollectorRegistry())
         self.recorder = recorder if recorder is not None else EventRecorder(cluster, clock, self.redactor)
         self.reconcilers: dict[str, Reconciler[Any]] = {
-            "Provider": ProviderReconciler(store, cluster, self.recorder, clock, redactor=self.redactor),
+            "Provider": ProviderReconciler(
+                store, cluster, self.recorder, clock, redactor=self.redactor, hooks=hooks
+            ),
             "Alert": AlertReconciler(
                 store,
                 cluster,
@@ -124,8 +130,11 @@ class ControllerManager:
                 clock,
                 redactor=self.redactor,
                 no_cross_namespace_refs=self.settings.no_cross_namespace_refs,
+                hooks=hooks,
             ),
-            "Receiver": ReceiverReconciler(store, cluster, self.recorder, clock, redactor=self.redactor),
+            "Receiver": ReceiverReconciler(
+                store, cluster, self.recorder, clock, redactor=self.redactor, hooks=hooks
+            ),
         }
         self.queues: dict[str, WorkQueue[Key]] = {
             kind: WorkQueue(
@@ -139,6 +148,11 @@ class ControllerManager:
         self._stopping = asyncio.Event()
         self._stopped = asyncio.Event()
         self._running = False
+
+    def set_hooks(self, hooks: ReconcileHooks | None) -> None:
+        """Give every reconciler the Hooks API v1 phases (``pre-reconcile``, ``finalize``); before ``run``."""
+        for reconciler in self.reconcilers.values():
+            reconciler.hooks = hooks
 
     # ---- lifecycle --------------------------------------------------------------------------------
     async def run(self) -> None:

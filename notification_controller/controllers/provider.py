@@ -35,6 +35,7 @@ from ..core.cel import CELCompileError, OutputType, compile_expression
 from ..core.clock import Clock
 from ..core.redact import Redactor
 from ..errors import ObjectReferenceError, ProviderConfigError
+from ..hooks.reconcile import ReconcileHooks, provider_children
 from ..providers.options import resolve_options
 from ..providers.registry import create_notifier
 from ..store.base import Change, Cluster, Key, ObjectStore
@@ -67,8 +68,9 @@ class ProviderReconciler(Reconciler[Provider]):
         clock: Clock,
         *,
         redactor: Redactor | None = None,
+        hooks: ReconcileHooks | None = None,
     ) -> None:
-        super().__init__(store, cluster, recorder, clock, redactor=redactor)
+        super().__init__(store, cluster, recorder, clock, redactor=redactor, hooks=hooks)
         self._secrets_of: dict[Key, set[Key]] = {}
         self._by_secret: dict[Key, set[Key]] = {}
 
@@ -117,23 +119,25 @@ class ProviderReconciler(Reconciler[Provider]):
             return DONE
         meta = obj.metadata
         if meta.deletion_timestamp is not None:
-            if self.has_finalizer(obj):
-                await self.remove_finalizer(obj)
-            return DONE
+            result, _ = await self.finalize(obj, provider_children(obj, self.store))
+            return result
 
         draft = StatusDraft(
             ConditionsDraft(obj.status.conditions),
             obj.status.observed_generation,
             obj.status.last_handled_reconcile_at,
         )
-        if not self.has_finalizer(obj):
-            await self.add_finalizer(obj)
+        if await self.sync_finalizers(obj, flux=True) is not None:
             result = Result(requeue=True)
         elif obj.spec.suspend:
             log.info("Reconciliation is suspended for this object: %s", self.describe(obj))
             result = DONE
         else:
             result = self._validate(obj, draft)
+            step = await self.run_pre_reconcile(obj, draft, provider_children(obj, self.store))
+            if not step.write_status:
+                return step.result or DONE
+            result = step.result or result
 
         draft.finish(meta.annotations, meta.generation)
         conditions = draft.conditions.build(generation=meta.generation, now=self.clock.now())

@@ -24,6 +24,7 @@ from ..core.clock import Clock
 from ..core.duration import format_duration
 from ..core.redact import Redactor
 from ..core.webhook import path_digest_prefix, webhook_path
+from ..hooks.reconcile import ReconcileHooks, receiver_children
 from ..store.base import Change, Cluster, Key, ObjectRef, ObjectStore
 from .base import DONE, ConditionsDraft, Reconciler, Result, StatusDraft, spec_or_meta_changed
 from .events import NORMAL, EventRecorder
@@ -137,8 +138,9 @@ class ReceiverReconciler(Reconciler[Receiver]):
         clock: Clock,
         *,
         redactor: Redactor | None = None,
+        hooks: ReconcileHooks | None = None,
     ) -> None:
-        super().__init__(store, cluster, recorder, clock, redactor=redactor)
+        super().__init__(store, cluster, recorder, clock, redactor=redactor, hooks=hooks)
         self._secret_of: dict[Key, Key] = {}  # receiver -> secret it reads the token from
         self._by_secret: dict[Key, set[Key]] = {}  # secret -> receivers
 
@@ -187,9 +189,8 @@ class ReceiverReconciler(Reconciler[Receiver]):
             return DONE
         meta = obj.metadata
         if meta.deletion_timestamp is not None:
-            if self.has_finalizer(obj):
-                await self.remove_finalizer(obj)
-            return DONE
+            result, _ = await self.finalize(obj, receiver_children(obj, obj.status.webhook_path))
+            return result
 
         draft = StatusDraft(
             ConditionsDraft(obj.status.conditions),
@@ -197,14 +198,18 @@ class ReceiverReconciler(Reconciler[Receiver]):
             obj.status.last_handled_reconcile_at,
         )
         path = obj.status.webhook_path
-        if not self.has_finalizer(obj):
-            await self.add_finalizer(obj)
+        hook_warning: tuple[str, str] | None = None
+        if await self.sync_finalizers(obj, flux=True) is not None:
             result = Result(requeue=True)
         elif obj.spec.suspend:
             log.info("Reconciliation is suspended for this object: %s", self.describe(obj))
             result = DONE
         else:
             result, path = await self._reconcile(obj, draft)
+            step = await self.run_pre_reconcile(obj, draft, receiver_children(obj, path))
+            if not step.write_status:
+                return step.result or DONE
+            result, hook_warning = step.result or result, step.warning
 
         draft.finish(meta.annotations, meta.generation)
         conditions = draft.conditions.build(generation=meta.generation, now=self.clock.now())
@@ -218,6 +223,8 @@ class ReceiverReconciler(Reconciler[Receiver]):
 
         if result.error is not None:
             await self.warn(obj, FAILED, result.error)
+        elif hook_warning is not None:
+            await self.warn(obj, *hook_warning)
         elif cond.is_ready(conditions):
             interval = format_duration(obj.spec.interval_seconds())
             await self.recorder.event(

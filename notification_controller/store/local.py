@@ -15,12 +15,14 @@ import logging
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from ..api.common import ObjectStatus, Secret
+from ..api.hooks import HOOKS_FINALIZER
 from ..api.objects import Object, parse_object, supported_kind
 from ..api.receiver import Receiver, ReceiverStatus
 from ..errors import KubeError, ManifestError
@@ -180,6 +182,12 @@ class LocalCluster:
         key = (ref.kind, ref.namespace, ref.name)
         self.finalizers[key] = list(finalizers)
         current = self.store.get(ref.kind, ref.namespace, ref.name)
+        if current is not None and current.metadata.deletion_timestamp is not None and not finalizers:
+            # The last finalizer of an object removed from the files: the deletion completes.
+            self.finalizers.pop(key, None)
+            self.statuses.pop(key, None)
+            self.store.delete(ref.kind, ref.namespace, ref.name)
+            return
         if current is not None:
             meta = current.metadata.model_copy(update={"finalizers": list(finalizers)})
             self.store.upsert(current.model_copy(update={"metadata": meta}))
@@ -271,6 +279,22 @@ class LocalManifests:
         by_kind: dict[str, list[Object]] = {"Secret": [], "Provider": [], "Alert": [], "Receiver": []}
         for obj in result.objects:
             by_kind[obj.KIND].append(self.cluster.restore(self._with_generation(obj)))
+        loaded = {(o.KIND, o.metadata.namespace, o.metadata.name) for o in result.objects}
+        for kind in ("Provider", "Alert", "Receiver"):
+            for ns, name in self.store.keys(kind):
+                held = self.store.get(kind, ns, name)
+                if (
+                    (kind, ns, name) in loaded
+                    or held is None
+                    or HOOKS_FINALIZER not in held.metadata.finalizers
+                ):
+                    continue
+                # Removed from the files but held by a finalize hook (docs/hooks.md): being deleted, as in a
+                # cluster, until the controller has removed its finalizers.
+                if held.metadata.deletion_timestamp is None:
+                    meta = held.metadata.model_copy(update={"deletion_timestamp": datetime.now(UTC)})
+                    held = held.model_copy(update={"metadata": meta})
+                by_kind[kind].append(held)
         for kind in ("Secret", "Provider", "Alert", "Receiver"):
             self.store.replace(kind, by_kind[kind])
         self.store.mark_synced()

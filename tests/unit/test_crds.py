@@ -597,7 +597,7 @@ class _Hook(Model):
 
 
 class _HookedAlertSpec(AlertSpec):
-    hooks: list[_Hook] | None = Field(None, description="Hooks run for every event.")
+    hooks: list[_Hook] | None = Field(None, description="Hooks run for every event.")  # type: ignore[assignment]
 
 
 class _HookedAlert(Alert):
@@ -624,9 +624,9 @@ def test_generator_is_generic_over_new_fields() -> None:
     assert props["extra"] == {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
     # The existing fields are untouched by the addition.
     base = crdgen.openapi_schema(Alert)
-    assert {k: v for k, v in _at(schema, "spec")["properties"].items() if k != "hooks"} == _at(base, "spec")[
-        "properties"
-    ]
+    assert {k: v for k, v in _at(schema, "spec")["properties"].items() if k != "hooks"} == {
+        k: v for k, v in _at(base, "spec")["properties"].items() if k != "hooks"
+    }
 
 
 class _Unstructural(Model):
