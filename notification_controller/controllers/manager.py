@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter
 
 from ..core.clock import Clock
 from ..core.redact import Redactor
@@ -38,6 +38,7 @@ from ..store.base import Change, Cluster, Key, ObjectStore
 from .alert import AlertReconciler
 from .base import Reconciler, Result
 from .events import EventRecorder
+from .metrics import CompactHistogram
 from .provider import ProviderReconciler
 from .queue import DEFAULT_MAX_RETRY_DELAY, DEFAULT_MIN_RETRY_DELAY, WorkQueue
 from .receiver import ReceiverReconciler
@@ -78,13 +79,12 @@ class ControllerSettings:
 
 class ReconcileMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.duration = Histogram(
+        self.duration = CompactHistogram(
             "gotk_reconcile_duration_seconds",
             "The duration in seconds of a GitOps Toolkit resource reconciliation.",
-            ["kind", "name", "namespace"],
-            buckets=RECONCILE_BUCKETS,
-            registry=registry,
+            RECONCILE_BUCKETS,
         )
+        registry.register(self.duration)
         self.errors = Counter(
             "notification_reconcile_errors",
             "Reconciles that failed (returned an error or raised), by kind.",
@@ -93,8 +93,7 @@ class ReconcileMetrics:
         )
 
     def forget(self, kind: str, namespace: str, name: str) -> None:
-        with contextlib.suppress(KeyError):
-            self.duration.remove(kind, name, namespace)
+        self.duration.remove(kind, name, namespace)
 
 
 class ControllerManager:
@@ -262,7 +261,7 @@ class ControllerManager:
             return None
         finally:
             if exists:
-                self.metrics.duration.labels(kind, key[1], key[0]).observe(self.clock.monotonic() - start)
+                self.metrics.duration.observe(kind, key[1], key[0], self.clock.monotonic() - start)
         if not exists or self.store.get(kind, *key) is None:
             queue.forget(key)
             queue.cancel_delayed(key)
