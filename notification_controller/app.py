@@ -262,7 +262,7 @@ class App:
         for runner in self._runners.values():
             await runner.cleanup()
         self._runners.clear()
-        log.info("shutdown complete (%d queued notifications abandoned)", abandoned)
+        log.info("shutdown complete (%d notifications abandoned)", abandoned)
 
     async def serve_forever(self) -> None:
         loop = asyncio.get_running_loop()

@@ -141,9 +141,13 @@ def resolve_options(provider: Provider, get_secret: SecretGetter) -> ProviderOpt
         if "proxy" in secret.data:
             text = (secret.get_str("proxy") or "").strip()
             try:
-                urlsplit(text)
+                parts = urlsplit(text)
             except ValueError as exc:
                 raise ProviderConfigError(f"invalid 'proxy' in secret {where}") from exc
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ProviderConfigError(
+                    f"invalid 'proxy' in secret {where}: must be an http or https URL with a host"
+                )
             proxy = SecretValue(text)
         if "headers" in secret.data:
             headers = parse_headers(secret.data["headers"])

@@ -6,13 +6,24 @@ Deliberate differences (documented in README "Compatibility"):
 * only ``POST`` is accepted (405 otherwise; Flux accepts any method, producers only POST);
 * until the object cache has synced, and while shutting down, the answer is 503, not 202: Flux's
   producers retry a 503, whereas a 202 from an empty cache silently loses the event (checklist C3/D10).
+
+Slow clients (checklist B7; Flux: ReadHeaderTimeout 10 s, ReadTimeout 30 s). aiohttp has no header-read
+timeout, but it arms its keep-alive timer when a connection is accepted and again after each response, and
+closes the connection if no complete request head arrived by then: ``runner_kwargs`` sets that timer to
+``EventServerSettings.header_timeout``, so a silent client or one trickling its headers is closed after
+10 s (idle keep-alive connections too). The body is read within ``body_read_timeout`` (30 s) → 400 and the
+connection is closed after at most ``lingering_time`` (2 s, as Go discards a bounded rest of the body; aiohttp
+would read and discard for 10 s). An oversized or unreadable body also closes the connection.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
 
 from aiohttp import web
 
@@ -26,8 +37,27 @@ log = logging.getLogger(__name__)
 
 MAX_BODY = 3 * 1024 * 1024
 _HANDLER = "/"
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "CONNECT", "TRACE"})
+CLIENT_CLOSED = 499  # metric code of a request whose client went away (nginx's convention), never a 5xx
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@dataclass(frozen=True)
+class EventServerSettings:
+    header_timeout: float = 10.0  # aiohttp keep-alive timer: request head and idle connections
+    body_read_timeout: float = 30.0  # whole body (Flux: ReadTimeout 30 s)
+    lingering_time: float = 2.0  # unread body discarded after the answer, then close (aiohttp: 10 s)
+
+
+def runner_kwargs(settings: EventServerSettings) -> dict[str, Any]:
+    """Keyword arguments for ``web.AppRunner`` serving this app (also used for health and metrics)."""
+    return {
+        "access_log": None,
+        "handler_cancellation": True,
+        "keepalive_timeout": settings.header_timeout,
+        "lingering_time": settings.lingering_time,
+    }
 
 
 def create_event_app(
@@ -37,10 +67,14 @@ def create_event_app(
     *,
     ready: Callable[[], bool],
     export_path_metrics: bool = False,
+    settings: EventServerSettings | None = None,
 ) -> web.Application:
+    body_read_timeout = (settings or EventServerSettings()).body_read_timeout
+
     @web.middleware
     async def measure(request: web.Request, handler: Handler) -> web.StreamResponse:
         label = request.path if export_path_metrics else _HANDLER
+        method = request.method if request.method in _METHODS else "OTHER"  # no free-form label values
         inflight = metrics.http_inflight.labels(service="", handler=label)
         inflight.inc()
         start = time.perf_counter()
@@ -54,9 +88,12 @@ def create_event_app(
         except web.HTTPException as exc:
             status = exc.status
             raise
+        except asyncio.CancelledError:  # the client closed the connection (handler_cancellation)
+            status = CLIENT_CLOSED
+            raise
         finally:
             inflight.dec()
-            labels = {"service": "", "handler": label, "method": request.method, "code": str(status)}
+            labels = {"service": "", "handler": label, "method": method, "code": str(status)}
             metrics.http_duration.labels(**labels).observe(time.perf_counter() - start)
             metrics.http_size.labels(**labels).observe(size)
 
@@ -66,15 +103,20 @@ def create_event_app(
             return web.Response(status=405, headers={"Allow": "POST"})
         if request.content_length is not None and request.content_length > MAX_BODY:
             metrics.events_rejected.labels(reason="too_large").inc()
-            return web.Response(status=413)
+            return _closing(413)
         try:
-            body = await request.read()
+            async with asyncio.timeout(body_read_timeout):
+                body = await request.read()
         except web.HTTPRequestEntityTooLarge:
             metrics.events_rejected.labels(reason="too_large").inc()
-            return web.Response(status=413)
+            return _closing(413)
+        except TimeoutError:
+            metrics.events_rejected.labels(reason="bad_request").inc()
+            log.debug("rejecting event: body not received within %gs", body_read_timeout)
+            return _closing(400)
         except (OSError, ValueError, RuntimeError):
             metrics.events_rejected.labels(reason="bad_request").inc()
-            return web.Response(status=400)
+            return _closing(400)
         try:
             event = Event.decode(body)
         except EventDecodeError as exc:
@@ -103,3 +145,11 @@ def create_event_app(
     app = web.Application(client_max_size=MAX_BODY, middlewares=[measure])
     app.router.add_route("*", "/{tail:.*}", handle)
     return app
+
+
+def _closing(status: int) -> web.Response:
+    """A response after which the connection is closed (any unread body is discarded for at most
+    ``lingering_time``, then the socket is closed)."""
+    response = web.Response(status=status)
+    response.force_close()
+    return response

@@ -85,12 +85,15 @@ class ReceiverServerSettings:
     oidc_timeout: float = 10.0
     gcr: GCRSettings = field(default_factory=GCRSettings)
     # Connection-level limits belong to the runner (see ``runner_kwargs``): header line/field sizes and
-    # count (aiohttp answers 400 beyond them). aiohttp has no header-read timeout; put the server behind a
-    # proxy or load balancer that enforces one (Flux: ReadHeaderTimeout 10 s).
+    # count (aiohttp answers 400 beyond them). aiohttp has no separate header-read timeout, but its keep-alive
+    # timer is armed when a connection is accepted and after each response, and closes the connection if no
+    # complete request head arrived: it is our header timeout (Flux: ReadHeaderTimeout 10 s) and the idle
+    # timeout of keep-alive connections (aiohttp's default is ~1 h). See tests/adversarial/test_ingest_fuzz.py.
     max_line_size: int = 8190
     max_field_size: int = 8190
     max_headers: int = 128
-    keepalive_timeout: float = 75.0  # idle keep-alive connections are closed (aiohttp's default is ~1 h)
+    keepalive_timeout: float = 10.0
+    lingering_time: float = 2.0  # after an answer to an unread body (413, timeout): discard, then close
     rejection_logs_per_minute: int = 30  # per Receiver; the rest are counted and summarised
 
 
@@ -167,6 +170,7 @@ def runner_kwargs(settings: ReceiverServerSettings) -> dict[str, Any]:
         "max_field_size": settings.max_field_size,
         "max_headers": settings.max_headers,
         "keepalive_timeout": settings.keepalive_timeout,
+        "lingering_time": settings.lingering_time,
     }
 
 

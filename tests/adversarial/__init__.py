@@ -1,0 +1,1 @@
+"""Adversarial suites of issue 7: bad input, provider faults, secret hygiene, constant time, shutdown."""
