@@ -12,6 +12,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
+
 _ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
 _NEEDS_ESCAPE = frozenset(_ESCAPES)
 
@@ -31,9 +33,29 @@ class GoStruct(dict[str, Any]):
     """A dict whose key order is a Go struct's field order (not sorted when encoded)."""
 
 
+_BYTE_ESCAPES = tuple((ch.encode(), esc.encode()) for ch, esc in _ESCAPES.items())
+
+
 def dumps(value: Any) -> bytes:
-    """Encode ``value`` as Go's ``json.Marshal`` would. Plain dicts are maps (keys sorted)."""
-    text = json.dumps(_sort_maps(value), separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    """Encode ``value`` as Go's ``json.Marshal`` would. Plain dicts are maps (keys sorted).
+
+    orjson keeps dict order and writes compact UTF-8; the characters Go escapes can only occur inside
+    JSON strings, so replacing them in the bytes is exact. Values orjson refuses (lone surrogates) take
+    the slower standard-library path, which replaces them like Go does with invalid UTF-8.
+    """
+    ordered = _sort_maps(value)
+    try:
+        raw = orjson.dumps(ordered)
+    except TypeError:
+        return _dumps_stdlib(ordered)
+    for plain, escaped in _BYTE_ESCAPES:
+        if plain in raw:
+            raw = raw.replace(plain, escaped)
+    return raw
+
+
+def _dumps_stdlib(ordered: Any) -> bytes:
+    text = json.dumps(ordered, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     if any(ch in _NEEDS_ESCAPE for ch in text):
         text = "".join(_ESCAPES.get(ch, ch) for ch in text)
     return text.encode("utf-8", errors="replace")

@@ -52,7 +52,14 @@ class ProviderOptions:
         return self.password.reveal() if self.password else ""
 
     def masks(self) -> list[str]:
-        """Values that must never appear in an error, log line or Event."""
+        """Values that must never appear in an error, log line or Event (computed once per options)."""
+        cached: list[str] | None = self.__dict__.get("_masks")
+        if cached is None:
+            cached = self._compute_masks()
+            object.__setattr__(self, "_masks", cached)
+        return cached
+
+    def _compute_masks(self) -> list[str]:
         out = [v.reveal().strip() for v in (self.token, self.password, self.proxy) if v]
         out.extend(v for v in self.headers.values() if len(v) >= 4)
         # Webhook URLs carry their credential in the path or query (Slack, Teams, Discord...).

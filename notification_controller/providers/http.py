@@ -106,7 +106,8 @@ class OutboundHTTP:
 
         def wait(state: RetryCallState) -> float:
             exc = state.outcome.exception() if state.outcome else None
-            delay = backoff(state.attempt_number - 1, policy.wait_min, policy.wait_max)
+            # attempt_number counts from the first attempt made before tenacity took over
+            delay = backoff(state.attempt_number, policy.wait_min, policy.wait_max)
             if isinstance(exc, RetryableDeliveryError) and exc.retry_after is not None:
                 delay = exc.retry_after
             remaining = deadline - loop.time()
@@ -118,8 +119,20 @@ class OutboundHTTP:
         attempts = policy.max_attempts if retry else 1
         try:
             async with asyncio.timeout_at(deadline):
+                # Fast path: most deliveries succeed at once, without building a tenacity loop.
+                try:
+                    return await self._attempt(request, proxy, tls, masks, check)
+                except RetryableDeliveryError as first:
+                    if attempts <= 1:
+                        raise
+                    first_delay = first.retry_after
+                    if first_delay is None:
+                        first_delay = backoff(0, policy.wait_min, policy.wait_max)
+                    if first_delay >= deadline - loop.time():
+                        raise
+                    await asyncio.sleep(first_delay)
                 async for attempt in AsyncRetrying(
-                    stop=stop_after_attempt(attempts),
+                    stop=stop_after_attempt(attempts - 1),
                     wait=wait,
                     retry=retry_if_exception_type(RetryableDeliveryError),
                     reraise=True,

@@ -328,3 +328,20 @@ def test_rfc1123_matches_strftime_in_the_c_locale() -> None:
         datetime(2026, 12, 31, 23, 59, 59, tzinfo=UTC),
     ):
         assert rfc1123_utc(moment) == moment.strftime("%a, %d %b %Y %H:%M:%S UTC")
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@given(json_values)
+def test_fast_go_json_equals_the_reference_encoder(value: object) -> None:
+    """orjson + byte escapes produce exactly the bytes of the straightforward encoder (§9)."""
+    from notification_controller.core.gojson import _dumps_stdlib, _sort_maps
+
+    assert dumps(value) == _dumps_stdlib(_sort_maps(value))
