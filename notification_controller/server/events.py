@@ -71,11 +71,29 @@ def create_event_app(
 ) -> web.Application:
     body_read_timeout = (settings or EventServerSettings()).body_read_timeout
 
+    # Metric children are cached: ``labels()`` cost more than the rest of the middleware (profile).
+    inflight_children: dict[str, Any] = {}
+    observed_children: dict[tuple[str, str, str], tuple[Any, Any]] = {}
+
+    def observed(label: str, method: str, code: str) -> tuple[Any, Any]:
+        key = (label, method, code)
+        children = observed_children.get(key)
+        if children is None:
+            labels = {"service": "", "handler": label, "method": method, "code": code}
+            children = (metrics.http_duration.labels(**labels), metrics.http_size.labels(**labels))
+            if len(observed_children) < 1000:  # paths are client-chosen with --export-http-path-metrics
+                observed_children[key] = children
+        return children
+
     @web.middleware
     async def measure(request: web.Request, handler: Handler) -> web.StreamResponse:
         label = request.path if export_path_metrics else _HANDLER
         method = request.method if request.method in _METHODS else "OTHER"  # no free-form label values
-        inflight = metrics.http_inflight.labels(service="", handler=label)
+        inflight = inflight_children.get(label)
+        if inflight is None:
+            inflight = metrics.http_inflight.labels(service="", handler=label)
+            if len(inflight_children) < 1000:
+                inflight_children[label] = inflight
         inflight.inc()
         start = time.perf_counter()
         status = 500
@@ -93,9 +111,9 @@ def create_event_app(
             raise
         finally:
             inflight.dec()
-            labels = {"service": "", "handler": label, "method": method, "code": str(status)}
-            metrics.http_duration.labels(**labels).observe(time.perf_counter() - start)
-            metrics.http_size.labels(**labels).observe(size)
+            duration, response_size = observed(label, method, str(status))
+            duration.observe(time.perf_counter() - start)
+            response_size.observe(size)
 
     async def handle(request: web.Request) -> web.StreamResponse:
         if request.method != "POST":
