@@ -31,8 +31,8 @@ from ..core import conditions as cond
 from ..core.clock import Clock
 from ..core.redact import Redactor
 from ..hooks.reconcile import ReconcileHooks, alert_children
-from ..store.base import Change, Cluster, Key, ObjectRef, ObjectStore
-from .base import DONE, ConditionsDraft, Reconciler, Result, StatusDraft, spec_or_meta_changed
+from ..store.base import Cluster, Key, ObjectRef, ObjectStore
+from .base import DONE, ConditionsDraft, Reconciler, Result, StatusDraft
 from .events import NORMAL, EventRecorder
 
 log = logging.getLogger(__name__)
@@ -70,6 +70,7 @@ def cross_namespace_error(alert: Alert) -> str | None:
 
 class AlertReconciler(Reconciler[Alert]):
     kind = "Alert"
+    watched_kind = "Provider"
 
     def __init__(
         self,
@@ -84,50 +85,16 @@ class AlertReconciler(Reconciler[Alert]):
     ) -> None:
         super().__init__(store, cluster, recorder, clock, redactor=redactor, hooks=hooks)
         self.no_cross_namespace_refs = no_cross_namespace_refs
-        self._provider_of: dict[Key, Key] = {}
-        self._by_provider: dict[Key, set[Key]] = {}
 
     # ---- watches ----------------------------------------------------------------------------------
-    def watch(self, change: Change) -> list[Key]:
-        key = (change.namespace, change.name)
-        if change.kind == "Alert":
-            if isinstance(change.obj, Alert):
-                self._index(change.obj)
-            else:
-                self._unindex(key)
-            return [key] if spec_or_meta_changed(change) else []
-        if change.kind == "Provider":
-            return self.referencing(key)
-        return []
-
-    def prime(self) -> None:
-        for alert in self.store.alerts():
-            self._index(alert)
-
-    def referencing(self, provider: Key) -> list[Key]:
-        return sorted(self._by_provider.get(provider, ()))
-
-    def _index(self, alert: Alert) -> None:
-        key = (alert.metadata.namespace, alert.metadata.name)
-        self._unindex(key)
-        provider = (alert.metadata.namespace, alert.spec.provider_ref.name)
-        self._provider_of[key] = provider
-        self._by_provider.setdefault(provider, set()).add(key)
-
-    def _unindex(self, key: Key) -> None:
-        provider = self._provider_of.pop(key, None)
-        if provider is not None:
-            users = self._by_provider.get(provider)
-            if users is not None:
-                users.discard(key)
-                if not users:
-                    del self._by_provider[provider]
+    def references(self, obj: Alert) -> list[Key]:
+        return [(obj.metadata.namespace, obj.spec.provider_ref.name)]
 
     # ---- reconcile --------------------------------------------------------------------------------
     async def reconcile(self, key: Key) -> Result:
         obj = self.store.alert(*key)
         if obj is None:
-            self._unindex(key)
+            self.index.remove(key)
             return DONE
         meta = obj.metadata
         if meta.deletion_timestamp is not None:

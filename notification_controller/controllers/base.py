@@ -197,10 +197,38 @@ def spec_or_meta_changed(change: Change) -> bool:
     return om.finalizers != nm.finalizers or om.deletion_timestamp != nm.deletion_timestamp
 
 
+class ReverseIndex:
+    """Which of our objects reference which other objects (Secrets, Providers), kept both ways."""
+
+    def __init__(self) -> None:
+        self._refs: dict[Key, frozenset[Key]] = {}
+        self._users: dict[Key, set[Key]] = {}
+
+    def set(self, key: Key, refs: Iterable[Key]) -> None:
+        self.remove(key)
+        frozen = frozenset(refs)
+        if frozen:
+            self._refs[key] = frozen
+            for ref in frozen:
+                self._users.setdefault(ref, set()).add(key)
+
+    def remove(self, key: Key) -> None:
+        for ref in self._refs.pop(key, frozenset()):
+            users = self._users.get(ref)
+            if users is not None:
+                users.discard(key)
+                if not users:
+                    del self._users[ref]
+
+    def users(self, ref: Key) -> list[Key]:
+        return sorted(self._users.get(ref, ()))
+
+
 class Reconciler(abc.ABC, Generic[ObjT]):
     """Base of the three reconcilers: reads from the store, writes through the Cluster port."""
 
     kind: ClassVar[str]
+    watched_kind: ClassVar[str]  # the kind whose changes re-enqueue the objects referencing it
 
     def __init__(
         self,
@@ -219,6 +247,7 @@ class Reconciler(abc.ABC, Generic[ObjT]):
         self.redact = redactor if redactor is not None else Redactor()
         self.hooks = hooks  # Hooks API v1 (pre-reconcile, finalize); None: no hooks at all
         self.status_writes = 0  # for tests and debugging: how many status patches were sent
+        self.index = ReverseIndex()
 
     # ---- the contract with the manager -------------------------------------------------------------
     @abc.abstractmethod
@@ -226,11 +255,31 @@ class Reconciler(abc.ABC, Generic[ObjT]):
         """Bring one object to its desired state. Never raises for a bad object (only for I/O errors)."""
 
     @abc.abstractmethod
-    def watch(self, change: Change) -> Iterable[Key]:
-        """Keys of this kind to reconcile because of ``change`` (and update reverse indexes)."""
+    def references(self, obj: ObjT) -> Iterable[Key]:
+        """Keys (namespace, name) of the ``watched_kind`` objects ``obj`` points at."""
+
+    def watch(self, change: Change) -> list[Key]:
+        """Keys of this kind to reconcile because of ``change`` (and keep the reverse index current)."""
+        key = (change.namespace, change.name)
+        if change.kind == self.kind:
+            if change.obj is not None:
+                self.index.set(key, self.references(change.obj))  # type: ignore[arg-type]
+            else:
+                self.index.remove(key)
+            return [key] if spec_or_meta_changed(change) else []
+        if change.kind == self.watched_kind:
+            return self.index.users(key)
+        return []
+
+    def referencing(self, ref: Key) -> list[Key]:
+        return self.index.users(ref)
 
     def prime(self) -> None:
         """Index the objects already in the store (those that arrived before we subscribed)."""
+        for key in self.object_keys():
+            obj = self.store.get(self.kind, *key)
+            if obj is not None:
+                self.index.set(key, self.references(obj))  # type: ignore[arg-type]
 
     def object_keys(self) -> list[Key]:
         return self.store.keys(self.kind)

@@ -38,8 +38,8 @@ from ..errors import ObjectReferenceError, ProviderConfigError
 from ..hooks.reconcile import ReconcileHooks, provider_children
 from ..providers.options import resolve_options
 from ..providers.registry import create_notifier
-from ..store.base import Change, Cluster, Key, ObjectStore
-from .base import DONE, ConditionsDraft, Reconciler, Result, StatusDraft, spec_or_meta_changed
+from ..store.base import Cluster, Key, ObjectStore
+from .base import DONE, ConditionsDraft, Reconciler, Result, StatusDraft
 from .events import EventRecorder
 
 log = logging.getLogger(__name__)
@@ -59,6 +59,7 @@ def secret_keys(provider: Provider) -> set[Key]:
 
 class ProviderReconciler(Reconciler[Provider]):
     kind = "Provider"
+    watched_kind = "Secret"
 
     def __init__(
         self,
@@ -71,51 +72,16 @@ class ProviderReconciler(Reconciler[Provider]):
         hooks: ReconcileHooks | None = None,
     ) -> None:
         super().__init__(store, cluster, recorder, clock, redactor=redactor, hooks=hooks)
-        self._secrets_of: dict[Key, set[Key]] = {}
-        self._by_secret: dict[Key, set[Key]] = {}
 
     # ---- watches ----------------------------------------------------------------------------------
-    def watch(self, change: Change) -> list[Key]:
-        key = (change.namespace, change.name)
-        if change.kind == "Provider":
-            if isinstance(change.obj, Provider):
-                self._index(change.obj)
-            else:
-                self._unindex(key)
-            return [key] if spec_or_meta_changed(change) else []
-        if change.kind == "Secret":
-            return self.referencing(key)
-        return []
-
-    def prime(self) -> None:
-        for provider in self.store.providers():
-            self._index(provider)
-
-    def referencing(self, secret: Key) -> list[Key]:
-        return sorted(self._by_secret.get(secret, ()))
-
-    def _index(self, provider: Provider) -> None:
-        key = (provider.metadata.namespace, provider.metadata.name)
-        self._unindex(key)
-        secrets = secret_keys(provider)
-        if secrets:
-            self._secrets_of[key] = secrets
-            for secret in secrets:
-                self._by_secret.setdefault(secret, set()).add(key)
-
-    def _unindex(self, key: Key) -> None:
-        for secret in self._secrets_of.pop(key, set()):
-            users = self._by_secret.get(secret)
-            if users is not None:
-                users.discard(key)
-                if not users:
-                    del self._by_secret[secret]
+    def references(self, obj: Provider) -> set[Key]:
+        return secret_keys(obj)
 
     # ---- reconcile --------------------------------------------------------------------------------
     async def reconcile(self, key: Key) -> Result:
         obj = self.store.provider(*key)
         if obj is None:
-            self._unindex(key)
+            self.index.remove(key)
             return DONE
         meta = obj.metadata
         if meta.deletion_timestamp is not None:

@@ -25,8 +25,8 @@ from ..core.duration import format_duration
 from ..core.redact import Redactor
 from ..core.webhook import path_digest_prefix, webhook_path
 from ..hooks.reconcile import ReconcileHooks, receiver_children
-from ..store.base import Change, Cluster, Key, ObjectRef, ObjectStore
-from .base import DONE, ConditionsDraft, Reconciler, Result, StatusDraft, spec_or_meta_changed
+from ..store.base import Cluster, Key, ObjectRef, ObjectStore
+from .base import DONE, ConditionsDraft, Reconciler, Result, StatusDraft
 from .events import NORMAL, EventRecorder
 
 log = logging.getLogger(__name__)
@@ -129,6 +129,7 @@ def oidc_cel_error(providers: Sequence[OIDCProvider]) -> str | None:
 
 class ReceiverReconciler(Reconciler[Receiver]):
     kind = "Receiver"
+    watched_kind = "Secret"
 
     def __init__(
         self,
@@ -141,51 +142,17 @@ class ReceiverReconciler(Reconciler[Receiver]):
         hooks: ReconcileHooks | None = None,
     ) -> None:
         super().__init__(store, cluster, recorder, clock, redactor=redactor, hooks=hooks)
-        self._secret_of: dict[Key, Key] = {}  # receiver -> secret it reads the token from
-        self._by_secret: dict[Key, set[Key]] = {}  # secret -> receivers
 
     # ---- watches ----------------------------------------------------------------------------------
-    def watch(self, change: Change) -> list[Key]:
-        key = (change.namespace, change.name)
-        if change.kind == "Receiver":
-            if isinstance(change.obj, Receiver):
-                self._index(change.obj)
-            else:
-                self._unindex(key)
-            return [key] if spec_or_meta_changed(change) else []
-        if change.kind == "Secret":
-            return sorted(self._by_secret.get(key, ()))
-        return []
-
-    def prime(self) -> None:
-        for receiver in self.store.receivers():
-            self._index(receiver)
-
-    def referencing(self, secret: Key) -> list[Key]:
-        return sorted(self._by_secret.get(secret, ()))
-
-    def _index(self, receiver: Receiver) -> None:
-        key = (receiver.metadata.namespace, receiver.metadata.name)
-        self._unindex(key)
-        if receiver.spec.secret_ref is not None:
-            secret = (receiver.metadata.namespace, receiver.spec.secret_ref.name)
-            self._secret_of[key] = secret
-            self._by_secret.setdefault(secret, set()).add(key)
-
-    def _unindex(self, key: Key) -> None:
-        secret = self._secret_of.pop(key, None)
-        if secret is not None:
-            users = self._by_secret.get(secret)
-            if users is not None:
-                users.discard(key)
-                if not users:
-                    del self._by_secret[secret]
+    def references(self, obj: Receiver) -> list[Key]:
+        ref = obj.spec.secret_ref
+        return [(obj.metadata.namespace, ref.name)] if ref is not None else []
 
     # ---- reconcile --------------------------------------------------------------------------------
     async def reconcile(self, key: Key) -> Result:
         obj = self.store.receiver(*key)
         if obj is None:
-            self._unindex(key)
+            self.index.remove(key)
             return DONE
         meta = obj.metadata
         if meta.deletion_timestamp is not None:
