@@ -7,6 +7,7 @@ every test here also proves the least-privilege RBAC is enough. Reference §6 (r
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import textwrap
 from collections.abc import Iterator
@@ -286,12 +287,14 @@ def test_flux_doc_examples_apply_unchanged_and_reconcile(
         for d in docs
         if d["kind"] in ("Alert", "Provider", "Receiver")
     }
-    results = {}
+
+    def ready_of(kind: str, ns: str, name: str) -> tuple[str, str, str] | None:
+        return ready(get(installed, kind.lower(), ns, name))
+
+    results: dict[tuple[str, str, str], tuple[str, str, str]] = {}
     for kind, ns, name in sorted(ours):
         results[(kind, ns, name)] = wait_for(
-            lambda k=kind, n=ns, m=name: ready(get(installed, k.lower(), n, m)),
-            timeout=60,
-            what=f"{kind} {ns}/{name}",
+            functools.partial(ready_of, kind, ns, name), timeout=60, what=f"{kind} {ns}/{name}"
         )
     for key, (status, reason, message) in results.items():
         assert status in ("True", "False"), key
