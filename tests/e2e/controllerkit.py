@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from tests.e2e.apiserver import KubeTestServer
+from tests.support.capture import CapturedRequest
 
 ROOT = Path(__file__).resolve().parents[2]
 NS = "flux-system"
@@ -270,6 +271,9 @@ class ThreadedSink:
     @property
     def url(self) -> str:
         return self._server.url
+
+    def requests(self) -> list[CapturedRequest]:
+        return list(self._server.requests)
 
     def messages(self) -> list[str]:
         return [r.json().get("message", "") for r in list(self._server.requests)]
