@@ -2,8 +2,8 @@
 
 ``CompiledAlert`` is built when an Alert enters the store: sources get their default namespace and the
 inclusion/exclusion lists are compiled with RE2 (linear time: no catastrophic backtracking, and the same
-syntax as Flux's Go ``regexp``). The store indexes compiled alerts by ``(namespace, kind)`` of each source,
-so an event only looks at Alerts that can match it, never at all of them (as Flux does).
+syntax as Flux's Go ``regexp``). The store indexes compiled alerts by ``(namespace, kind, name)`` of each source (name ``*`` for
+wildcards), so an event only looks at Alerts that can match it, never at all of them (as Flux does).
 """
 
 from __future__ import annotations
@@ -69,8 +69,9 @@ class CompiledAlert:
     def severity(self) -> str:
         return str(self.alert.spec.event_severity)
 
-    def index_keys(self) -> set[tuple[str, str]]:
-        return {(s.namespace, s.kind) for s in self.sources}
+    def index_keys(self) -> set[tuple[str, str, str]]:
+        """(namespace, kind, name-or-*) of every source: the store's index keys for this Alert."""
+        return {(s.namespace, s.kind, s.name) for s in self.sources}
 
     def match_sources(self, event: Event) -> SourceMatch:
         """YES if a source matches outright; NEEDS_LABELS if only label-selected sources could match."""

@@ -126,7 +126,7 @@ class Dispatcher:
             )
         matched: list[CompiledAlert] = []
         need_labels: list[CompiledAlert] = []
-        for compiled in self.store.alerts_for(obj.namespace, obj.kind):
+        for compiled in self.store.alerts_for(obj.namespace, obj.kind, obj.name):
             if compiled.alert.spec.suspend:
                 continue
             result = compiled.match_sources(event)

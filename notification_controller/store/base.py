@@ -37,7 +37,8 @@ Listener = Callable[[Change], None]
 class ObjectStore:
     """In-memory cache of the controller's objects with the indexes the hot paths need.
 
-    * alerts by ``(source namespace, source kind)`` → compiled alerts (regexes compiled once per version);
+    * alerts by ``(source namespace, source kind, source name or *)`` → compiled alerts (regexes compiled
+      once per version), so an event only sees wildcard sources and the sources that name its object;
     * receivers by ``status.webhookPath`` (O(1) hook lookup);
     * receivers and providers by referenced Secret, for re-validation when a Secret changes.
     Mutations come from one feeder task at a time (asyncio: no locking needed).
@@ -46,7 +47,7 @@ class ObjectStore:
     def __init__(self, *, namespaces: frozenset[str] | None = None) -> None:
         self.namespaces = namespaces  # None = all namespaces
         self._alerts: dict[Key, CompiledAlert] = {}
-        self._alert_index: dict[tuple[str, str], dict[Key, CompiledAlert]] = {}
+        self._alert_index: dict[tuple[str, str, str], dict[Key, CompiledAlert]] = {}
         self._providers: dict[Key, Provider] = {}
         self._receivers: dict[Key, Receiver] = {}
         self._receiver_paths: dict[str, Key] = {}
@@ -161,9 +162,15 @@ class ObjectStore:
                 log.exception("store listener failed")
 
     # ---- reading ------------------------------------------------------------------------------
-    def alerts_for(self, namespace: str, kind: str) -> Sequence[CompiledAlert]:
-        bucket = self._alert_index.get((namespace, kind))
-        return tuple(bucket.values()) if bucket else ()
+    def alerts_for(self, namespace: str, kind: str, name: str = "*") -> Sequence[CompiledAlert]:
+        """Alerts with a source for ``kind`` in ``namespace`` that is a wildcard or names ``name``."""
+        wildcard = self._alert_index.get((namespace, kind, "*"))
+        named = self._alert_index.get((namespace, kind, name)) if name != "*" else None
+        if not named:
+            return tuple(wildcard.values()) if wildcard else ()
+        if not wildcard:
+            return tuple(named.values())
+        return tuple({**wildcard, **named}.values())
 
     def alert(self, namespace: str, name: str) -> Alert | None:
         compiled = self._alerts.get((namespace, name))

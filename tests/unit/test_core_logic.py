@@ -157,7 +157,7 @@ def test_named_source_and_cross_namespace_source() -> None:
     )
     assert compiled.match_sources(_event(obj={"namespace": "prod"})) is SourceMatch.YES
     assert compiled.match_sources(_event(obj={"namespace": "prod", "name": "other"})) is SourceMatch.NO
-    assert compiled.index_keys() == {("prod", "Kustomization")}
+    assert compiled.index_keys() == {("prod", "Kustomization", "apps")}
 
 
 @pytest.mark.parametrize(
