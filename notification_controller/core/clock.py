@@ -52,5 +52,8 @@ def rfc3339(moment: datetime) -> str:
 
 def go_time_string(moment: datetime, monotonic: float) -> str:
     """Go's ``time.Now().String()``, as Flux writes into ``reconcile.fluxcd.io/requestedAt`` (§5.4)."""
-    utc = moment.astimezone(UTC)
-    return utc.strftime("%Y-%m-%d %H:%M:%S.") + f"{utc.microsecond * 1000:09d} +0000 UTC m=+{monotonic:.9f}"
+    t = moment.astimezone(UTC)
+    return (
+        f"{t.year:04d}-{t.month:02d}-{t.day:02d} {t.hour:02d}:{t.minute:02d}:{t.second:02d}."
+        f"{t.microsecond * 1000:09d} +0000 UTC m=+{monotonic:.9f}"
+    )

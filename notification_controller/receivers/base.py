@@ -38,19 +38,21 @@ class RawHeaders:
     to the bytes that were on the wire.
     """
 
-    __slots__ = ("_items",)
+    __slots__ = ("_by_name", "_items")
 
     def __init__(self, items: Iterable[tuple[bytes | str, bytes | str]] = ()) -> None:
         self._items: tuple[tuple[bytes, bytes], ...] = tuple((_b(k).lower(), _b(v)) for k, v in items)
+        self._by_name: dict[bytes, list[bytes]] = {}
+        for key, value in self._items:
+            self._by_name.setdefault(key, []).append(value)
 
     def getall(self, name: str) -> list[bytes]:
-        key = name.lower().encode("ascii")
-        return [v for k, v in self._items if k == key]
+        return list(self._by_name.get(name.lower().encode("ascii"), ()))
 
     def get(self, name: str) -> bytes | None:
         """The first value (Go's ``Header.Get``), or None when absent."""
-        key = name.lower().encode("ascii")
-        return next((v for k, v in self._items if k == key), None)
+        values = self._by_name.get(name.lower().encode("ascii"))
+        return values[0] if values else None
 
     def single(self, name: str) -> bytes | None:
         """The only value of an authentication header; two or more values are ambiguous → 400 (A8)."""
@@ -89,7 +91,7 @@ def header_text(name: str, value: bytes) -> str:
         text = value.decode("utf-8")
     except UnicodeDecodeError:
         raise VerificationError(f"the {name} header is not valid UTF-8") from None
-    if any((ord(ch) < 0x20 and ch != "\t") or ord(ch) == 0x7F for ch in text):
+    if not text.isprintable() and any((ord(ch) < 0x20 and ch != "\t") or ord(ch) == 0x7F for ch in text):
         raise VerificationError(f"the {name} header contains control characters")
     return text
 

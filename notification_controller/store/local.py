@@ -140,11 +140,7 @@ class LocalCluster:
 
     async def get_metadata(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any]:
         obj = self._other(kind, namespace, name)
-        return {
-            "apiVersion": obj.get("apiVersion", api_version),
-            "kind": kind,
-            "metadata": copy.deepcopy(obj["metadata"]),
-        }
+        return {"apiVersion": obj.get("apiVersion", api_version), "kind": kind, "metadata": _meta_copy(obj)}
 
     async def list_metadata(
         self, api_version: str, kind: str, namespace: str, match_labels: Mapping[str, str]
@@ -157,7 +153,7 @@ class LocalCluster:
                     {
                         "apiVersion": obj.get("apiVersion", api_version),
                         "kind": kind,
-                        "metadata": copy.deepcopy(obj["metadata"]),
+                        "metadata": _meta_copy(obj),
                     }
                 )
         return out
@@ -213,6 +209,15 @@ class LocalCluster:
                 update={"metadata": obj.metadata.model_copy(update={"finalizers": self.finalizers[key]})}
             )
         return obj
+
+
+def _meta_copy(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """Metadata a caller may modify without touching ours: the dict and its label/annotation maps."""
+    meta = dict(obj["metadata"])
+    for key in ("labels", "annotations"):
+        if isinstance(meta.get(key), dict):
+            meta[key] = dict(meta[key])
+    return meta
 
 
 def with_status(obj: Object, status: Mapping[str, Any]) -> Object:
