@@ -12,7 +12,6 @@ The JSON shapes follow ``github.com/PagerDuty/go-pagerduty`` v1.8 field order an
 from __future__ import annotations
 
 import asyncio
-import unicodedata
 from datetime import datetime
 from typing import ClassVar
 from urllib.parse import urlsplit
@@ -24,47 +23,12 @@ from ..core.gojson import GoStruct, dumps
 from ..core.redact import redact_url
 from ..errors import DeliveryError
 from .base import DeliveryContext, HTTPNotifier, OutboundRequest, ProviderOptions, json_headers
+from .formatting import format_name_and_description
 from .registry import register
 from .validation import require_url
 
 PROGRESSING = "Progressing"
 GO_ZERO_TIME = "0001-01-01T00:00:00Z"
-
-
-def _char_class(ch: str) -> int:
-    cat = unicodedata.category(ch)
-    if cat == "Ll":
-        return 1
-    if cat == "Lu":
-        return 2
-    if cat == "Nd":
-        return 3
-    return 4
-
-
-def split_camelcase(text: str) -> list[str]:
-    """Flux's ``camelcase.split``: runs of one Unicode class, with ``PDFLoader`` → ``PDF``, ``Loader``."""
-    runs: list[list[str]] = []
-    last = 0
-    for ch in text:
-        cls = _char_class(ch)
-        if cls == last and runs:
-            runs[-1].append(ch)
-        else:
-            runs.append([ch])
-        last = cls
-    for i in range(len(runs) - 1):
-        if _char_class(runs[i][0]) == 2 and _char_class(runs[i + 1][0]) == 1:
-            runs[i + 1].insert(0, runs[i].pop())
-    return ["".join(r) for r in runs if r]
-
-
-def name_and_description(event: Event) -> tuple[str, str]:
-    """``formatNameAndDescription``: ``lower(kind/name)`` and the reason as lower-case words."""
-    obj = event.involved_object
-    name = f"{obj.kind}/{obj.name}".lower()
-    description = " ".join(split_camelcase(event.reason)).lower()
-    return name, description
 
 
 def pagerduty_severity(severity: str) -> str:
@@ -83,7 +47,7 @@ def _details(event: Event) -> dict[str, object]:
 
 
 def v2_event(event: Event, routing_key: str) -> GoStruct:
-    name, desc = name_and_description(event)
+    name, desc = format_name_and_description(event)
     out = GoStruct(routing_key=routing_key, event_action="resolve")
     if event.involved_object.uid:
         out["dedup_key"] = event.involved_object.uid
@@ -105,7 +69,7 @@ def v2_event(event: Event, routing_key: str) -> GoStruct:
 
 
 def change_event(event: Event, routing_key: str) -> GoStruct:
-    name, desc = name_and_description(event)
+    name, desc = format_name_and_description(event)
     payload = GoStruct(summary=f"{desc}: {name}", source=f"Flux {event.reporting_controller}")
     payload["timestamp"] = _timestamp(event.timestamp)
     payload["custom_details"] = _details(event)

@@ -25,6 +25,8 @@ from notification_controller.errors import PermanentDeliveryError, ProviderConfi
 from notification_controller.providers.alertmanager import AlertmanagerNotifier, go_title
 from notification_controller.providers.base import OutboundResponse, ProviderOptions
 from notification_controller.providers.datadog import DatadogNotifier
+from notification_controller.providers.formatting import format_name_and_description as name_and_description
+from notification_controller.providers.formatting import split_camelcase
 from notification_controller.providers.googlechat import GoogleChatNotifier
 from notification_controller.providers.grafana import GrafanaNotifier
 from notification_controller.providers.http import masked
@@ -33,11 +35,7 @@ from notification_controller.providers.lark import LarkNotifier
 from notification_controller.providers.matrix import MatrixNotifier
 from notification_controller.providers.msteams import MSTeamsNotifier
 from notification_controller.providers.opsgenie import OpsgenieNotifier
-from notification_controller.providers.pagerduty import (
-    PagerDutyNotifier,
-    name_and_description,
-    split_camelcase,
-)
+from notification_controller.providers.pagerduty import PagerDutyNotifier
 from notification_controller.providers.sentry import SentryNotifier
 from notification_controller.providers.slack import (
     DiscordNotifier,
