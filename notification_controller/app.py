@@ -154,10 +154,9 @@ class App:
     def _on_change(self, change: Change) -> None:
         if change.kind == "Secret":
             self.redactor.update(self.store.secret_values())
-        if change.kind in ("Provider", "Secret"):
-            # Cheap and safe: drop cached notifiers of the Provider (or all, for a Secret change).
-            if change.kind == "Provider":
-                self.dispatcher.invalidate(change.namespace, change.name)
+        elif change.kind == "Provider":
+            # Secret changes need nothing here: cached notifiers are checked against the Secret objects.
+            self.dispatcher.invalidate(change.namespace, change.name)
 
     @property
     def leadership_lost(self) -> bool:
