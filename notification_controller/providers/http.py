@@ -15,12 +15,14 @@ import base64
 import io
 import logging
 import ssl
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import urljoin, urlsplit
 from urllib.request import getproxies, proxy_bypass
 
 import aiohttp
+from aiohttp_socks import ProxyConnector, ProxyError
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
 
 from ..core.redact import mask_token, redact_url, redact_urls_in
@@ -31,6 +33,8 @@ from .retry import backoff, classify_exception, classify_status
 log = logging.getLogger(__name__)
 
 MAX_REDIRECTS = 10
+MAX_SOCKS_SESSIONS = 32
+SOCKS_SCHEMES = ("socks5://", "socks5h://", "socks4://")
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,8 @@ class OutboundHTTP:
         self._user_agent = user_agent
         self._session: aiohttp.ClientSession | None = None
         self._env_proxies: dict[str, str] = {}
+        # SOCKS proxies work at the connector level in aiohttp: one pooled session per proxy URL.
+        self._socks_sessions: OrderedDict[str, aiohttp.ClientSession] = OrderedDict()
         self.attempts = 0  # total attempts made (observability and tests)
 
     async def start(self) -> None:
@@ -71,6 +77,31 @@ class OutboundHTTP:
         if self._session is not None:
             await self._session.close()
             self._session = None
+        while self._socks_sessions:
+            _, session = self._socks_sessions.popitem()
+            await session.close()
+
+    async def _session_for(self, proxy: str | None) -> tuple[aiohttp.ClientSession, str | None]:
+        """The session and the per-request proxy for ``proxy`` (http/https per request, socks per session)."""
+        if proxy is None or not proxy.startswith(SOCKS_SCHEMES):
+            return self.session, proxy
+        session = self._socks_sessions.get(proxy)
+        if session is None:
+            connector = ProxyConnector.from_url(proxy, limit=64, rdns=True)
+            session = aiohttp.ClientSession(
+                connector=connector,
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
+                headers={"User-Agent": self._user_agent},
+                trust_env=False,
+                auto_decompress=False,
+            )
+            self._socks_sessions[proxy] = session
+            if len(self._socks_sessions) > MAX_SOCKS_SESSIONS:
+                _, oldest = self._socks_sessions.popitem(last=False)
+                await oldest.close()
+        else:
+            self._socks_sessions.move_to_end(proxy)
+        return session, None
 
     def _env_proxy(self, url: str) -> str | None:
         """HTTP(S)_PROXY from the environment (read once), honouring NO_PROXY."""
@@ -168,11 +199,12 @@ class OutboundHTTP:
                 "ascii"
             )
         try:
+            session, request_proxy = await self._session_for(proxy)
             for _ in range(MAX_REDIRECTS + 1):
-                async with self.session.request(
+                async with session.request(
                     request.method,
                     url,
-                    proxy=proxy or self._env_proxy(url),
+                    proxy=request_proxy or self._env_proxy(url),
                     data=_payload(request.body),
                     headers=headers,
                     ssl=tls if tls is not None else True,
@@ -196,6 +228,13 @@ class OutboundHTTP:
                 )
         except DeliveryError:
             raise
+        except (
+            ProxyError
+        ) as exc:  # the SOCKS proxy refused (bad credentials, target not allowed): not transient
+            raise PermanentDeliveryError(
+                _mask(f"{request.method} {redact_url(request.url)}: SOCKS proxy error: {exc}", masks),
+                reason="proxy",
+            ) from None
         except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
             verdict = classify_exception(exc)
             message = _mask(f"{request.method} {redact_url(request.url)}: {type(exc).__name__}: {exc}", masks)
