@@ -229,8 +229,8 @@ class ReceiverReconciler(Reconciler[Receiver]):
         new_path = webhook_path(token, meta.name, meta.namespace)
         draft.conditions.mark_true(cond.READY, cond.SUCCEEDED, f"Receiver initialized for path: {new_path}")
         if new_path != path:
-            log.info("Receiver %s initialized for path %s", self.describe(obj), path_digest_prefix(new_path))
-            log.debug("Receiver %s webhook path: %s", self.describe(obj), new_path)
+            log.info("%s initialized for path %s", self.describe(obj), path_digest_prefix(new_path))
+            log.debug("%s webhook path: %s", self.describe(obj), new_path)
         interval = spec.interval_seconds()
         return Result(requeue_after=interval if interval > 0 else None), new_path
 
