@@ -10,6 +10,7 @@ from ..errors import ManifestError
 from . import GROUP
 from .alert import Alert
 from .common import Secret
+from .messages import describe_error
 from .provider import Provider
 from .receiver import Receiver
 
@@ -48,9 +49,7 @@ def parse_object(raw: Any, *, source: str = "", index: int = 0, default_namespac
         first = exc.errors()[0]
         field = ".".join(str(p) for p in first.get("loc", ()))
         more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-        raise ManifestError(
-            first.get("msg", "invalid") + more, source=source, index=index, field=field
-        ) from None
+        raise ManifestError(describe_error(first) + more, source=source, index=index, field=field) from None
     except ValueError as exc:
         raise ManifestError(str(exc), source=source, index=index) from None
     if isinstance(obj, Provider | Receiver):

@@ -73,7 +73,7 @@ SCHEMA_ERRORS: list[tuple[str, str, str, str]] = [
         "p-type",
         provider("p-type", "{type: carrier-pigeon, address: 'http://x/'}"),
         "spec.type",
-        "Input should be",
+        "must be one of",
     ),
     (
         "p-timeout",
@@ -111,7 +111,7 @@ SCHEMA_ERRORS: list[tuple[str, str, str, str]] = [
         "spec",
         "commitStatusExpr is only supported",
     ),
-    ("p-no-type", provider("p-no-type", "{address: 'http://x/'}"), "spec.type", "Field required"),
+    ("p-no-type", provider("p-no-type", "{address: 'http://x/'}"), "spec.type", "required field is missing"),
     (
         "a-severity",
         alert("a-severity", f"{{providerRef: {{name: good}}, eventSeverity: critical, {SOURCES}}}"),
@@ -122,7 +122,7 @@ SCHEMA_ERRORS: list[tuple[str, str, str, str]] = [
         "a-kind",
         alert("a-kind", "{providerRef: {name: good}, eventSources: [{kind: Pod, name: '*'}]}"),
         "spec.eventSources.0.kind",
-        "Input should be",
+        "must be one of",
     ),
     (
         "a-summary",
@@ -130,18 +130,18 @@ SCHEMA_ERRORS: list[tuple[str, str, str, str]] = [
         "spec.summary",
         "at most 255",
     ),
-    ("a-no-provider", alert("a-no-provider", f"{{{SOURCES}}}"), "spec.providerRef", "Field required"),
+    ("a-no-provider", alert("a-no-provider", f"{{{SOURCES}}}"), "spec.providerRef", "required field is missing"),
     (
         "a-sources-type",
         alert("a-sources-type", "{providerRef: {name: good}, eventSources: Kustomization}"),
         "spec.eventSources",
-        "valid list",
+        "must be a list",
     ),
     (
         "r-type",
         receiver("r-type", f"{{type: smoke-signal, secretRef: {{name: x}}, {RESOURCES}}}"),
         "spec.type",
-        "Input should be",
+        "must be one of",
     ),
     (
         "r-interval",
@@ -158,7 +158,7 @@ SCHEMA_ERRORS: list[tuple[str, str, str, str]] = [
             "{type: generic, secretRef: {name: x}, resources: [{kind: Deployment, name: a}]}",
         ),
         "spec.resources.0.kind",
-        "Input should be",
+        "must be one of",
     ),
     (
         "r-no-secretref",

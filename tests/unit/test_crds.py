@@ -468,7 +468,7 @@ _SCHEMA_INVALID = [
     pytest.param(
         _provider(type="slack", chanel="general"),
         "spec.chanel",
-        "Extra inputs are not permitted",
+        "unknown field",
         "Additional properties are not allowed ('chanel' was unexpected)",
         id="unknown-field",
     ),

@@ -382,7 +382,7 @@ INVALID = [
     pytest.param(
         alert(hook(retries=3)),
         "spec.hooks.0.retries",
-        "Extra inputs",
+        "unknown field",
         "Additional properties",
         None,
         id="unknown-field",
