@@ -268,7 +268,11 @@ class App:
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        await self.start()
+        try:
+            await self.start()
+        except BaseException:
+            await self.stop()  # close what did start (sessions, listeners) before reporting the cause
+            raise
         waiters = [asyncio.create_task(stop.wait())]
         if not self.settings.local_mode:
             waiters.append(asyncio.create_task(self._kube.lost.wait()))

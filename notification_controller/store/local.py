@@ -25,7 +25,7 @@ from ..api.common import ObjectStatus, Secret
 from ..api.hooks import HOOKS_FINALIZER
 from ..api.objects import Object, parse_object, supported_kind
 from ..api.receiver import Receiver, ReceiverStatus
-from ..errors import KubeError, ManifestError
+from ..errors import ConfigError, KubeError, ManifestError
 from .base import ObjectRef, ObjectStore
 
 log = logging.getLogger(__name__)
@@ -43,36 +43,81 @@ class LoadResult:
     errors: list[ManifestError] = field(default_factory=list)
 
 
-def _documents(path: Path) -> list[Any]:
+def _split_documents(text: str) -> list[tuple[int, str]]:
+    """Split a YAML stream at ``---``/``...`` lines (as kubectl's splitter does): (first line, text) each.
+
+    Parsing documents one by one lets a syntax error in document N skip that document only.
+    """
+    chunks: list[tuple[int, str]] = []
+    start, lines = 0, list[str]()
+    for number, line in enumerate(text.splitlines(keepends=True)):
+        marker = line[:3]
+        if marker in ("---", "...") and (len(line) == 3 or line[3] in " \t\r\n#"):
+            chunks.append((start, "".join(lines)))
+            start, lines = number + 1, []
+            rest = line[3:].strip()
+            if marker == "---" and rest and not rest.startswith("#"):
+                start = number  # "--- {inline: doc}" keeps its content, on its own line
+                lines.append(" " * 3 + line[3:])
+            continue
+        lines.append(line)
+    chunks.append((start, "".join(lines)))
+    return [(first, chunk) for first, chunk in chunks if chunk.strip()]
+
+
+def _yaml_reason(exc: yaml.YAMLError, first_line: int) -> str:
+    """The parser's own reason and the file line, never the document's content."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or getattr(exc, "context", None) or "invalid YAML"
+    where = f" at line {first_line + mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return f"cannot parse YAML{where}: {problem}"
+
+
+def _documents(path: Path, source: str) -> tuple[list[Any], list[ManifestError]]:
+    """Every document of a file (``kind: List`` expanded), and one error per unparsable document."""
     text = path.read_text(encoding="utf-8")
-    docs = [d for d in yaml.load_all(text, Loader=_LOADER) if d is not None]
     out: list[Any] = []
-    for doc in docs:
+    errors: list[ManifestError] = []
+    for index, (first_line, chunk) in enumerate(_split_documents(text)):
+        try:
+            doc = yaml.load(chunk, Loader=_LOADER)  # noqa: S506 - a safe loader (CSafeLoader or SafeLoader)
+        except yaml.YAMLError as exc:
+            errors.append(ManifestError(_yaml_reason(exc, first_line), source=source, index=index))
+            out.append(None)  # keep document indexes stable for the error messages that follow
+            continue
         if isinstance(doc, dict) and doc.get("kind") == "List" and isinstance(doc.get("items"), list):
             out.extend(doc["items"])
         else:
             out.append(doc)
-    return out
+    return out, errors
+
+
+def manifest_files(root: Path) -> list[Path]:
+    """The manifest files under ``root`` (sorted, so duplicates resolve the same way every time), or
+    ``root`` itself when it is a file."""
+    if root.is_file():
+        return [root]
+    return sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in SUFFIXES)
 
 
 def load_directory(root: Path, *, default_namespace: str = "default") -> LoadResult:
     result = LoadResult()
-    files = (
-        sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in SUFFIXES) if root.is_dir() else []
-    )
-    if not root.is_dir():
-        result.errors.append(ManifestError("manifests directory does not exist", source=str(root)))
+    if not root.exists():
+        result.errors.append(ManifestError("manifests path does not exist", source=str(root)))
+        return result
     seen: dict[tuple[str, str, str], str] = {}
-    for path in files:
-        rel = str(path.relative_to(root))
+    base = root.parent if root.is_file() else root
+    for path in manifest_files(root):
+        rel = str(path.relative_to(base))
         try:
-            docs = _documents(path)
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f" (line {mark.line + 1})" if mark is not None else ""
-            result.errors.append(ManifestError(f"cannot read YAML{where}", source=rel))
+            docs, parse_errors = _documents(path, rel)
+        except (OSError, UnicodeDecodeError) as exc:
+            result.errors.append(ManifestError(f"cannot read file: {exc.__class__.__name__}", source=rel))
             continue
+        result.errors.extend(parse_errors)
         for index, doc in enumerate(docs):
+            if doc is None:
+                continue  # an empty or unparsable document (already reported)
             if not isinstance(doc, dict):
                 result.errors.append(ManifestError("document is not a mapping", source=rel, index=index))
                 continue
@@ -242,16 +287,13 @@ class LocalManifests:
         self.last_errors: list[ManifestError] = []
 
     def _take_snapshot(self) -> tuple[tuple[str, int, int], ...]:
-        if not self.root.is_dir():
-            return ()
         out = []
-        for path in sorted(self.root.rglob("*")):
-            if path.is_file() and path.suffix in SUFFIXES:
-                try:
-                    st = path.stat()
-                except OSError:
-                    continue
-                out.append((str(path), st.st_mtime_ns, st.st_size))
+        for path in manifest_files(self.root) if self.root.exists() else []:
+            try:
+                st = path.stat()
+            except OSError:
+                continue
+            out.append((str(path), st.st_mtime_ns, st.st_size))
         return tuple(out)
 
     def _with_generation(self, obj: Object) -> Object:
@@ -267,7 +309,10 @@ class LocalManifests:
         return obj.model_copy(update={"metadata": obj.metadata.model_copy(update={"generation": generation})})
 
     def load(self) -> LoadResult:
-        """Load synchronously (start-up)."""
+        """Load synchronously (start-up). A missing path is fatal here: a typo must not start an empty
+        controller that answers 202 to every event and notifies nobody."""
+        if not self.root.exists():
+            raise ConfigError(f"--manifests {self.root}: no such file or directory")
         self._snapshot = self._take_snapshot()
         return self._apply(load_directory(self.root))
 

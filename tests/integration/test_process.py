@@ -112,3 +112,23 @@ async def test_port_in_use_fails_with_a_clear_error(tmp_path: Path) -> None:
     assert proc.returncode == 1
     assert "cannot start" in stderr.decode()
     assert "Traceback" not in stderr.decode()
+
+
+async def test_a_missing_manifests_path_is_fatal_and_closes_cleanly(tmp_path: Path) -> None:
+    """A typo in --manifests must not start an empty controller that answers 202 and notifies nobody."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "notification_controller",
+        "--manifests",
+        str(tmp_path / "no-such-dir"),
+        *(f"--{flag}=127.0.0.1:0" for flag in ("events-addr", "receiverAddr", "metrics-addr", "health-addr")),
+        cwd=ROOT,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, stderr = await asyncio.wait_for(proc.communicate(), timeout=30)
+    text = stderr.decode()
+    assert proc.returncode == 1
+    assert "cannot start: --manifests" in text and "no such file or directory" in text
+    assert "Traceback" not in text
+    assert "Unclosed" not in text  # what did start (the outbound session, listeners) was closed

@@ -11,7 +11,7 @@ from notification_controller.api.alert import Alert
 from notification_controller.api.common import Secret
 from notification_controller.api.objects import parse_object
 from notification_controller.api.provider import Provider
-from notification_controller.errors import ManifestError
+from notification_controller.errors import ConfigError, ManifestError
 from notification_controller.store.base import ObjectStore
 from notification_controller.store.local import LocalCluster, LocalManifests, load_directory
 
@@ -68,12 +68,12 @@ def test_multi_document_list_and_other_kinds(tmp_path: Path) -> None:
         (
             "kind: Alert\napiVersion: notification.toolkit.fluxcd.io/v1beta3\nmetadata: {name: x}\nspec: {providerRef: {name: p}}",
             "spec.eventSources",
-            "Field required",
+            "required field is missing",
         ),
         (
             "kind: Provider\napiVersion: notification.toolkit.fluxcd.io/v1beta3\nmetadata: {name: x}\nspec: {type: carrier-pigeon}",
             "spec.type",
-            "Input should be",
+            "must be one of",
         ),
         (
             "kind: Provider\napiVersion: notification.toolkit.fluxcd.io/v1beta3\nmetadata: {name: x}\nspec: {type: slack, timeout: 1h}",
@@ -93,7 +93,7 @@ def test_multi_document_list_and_other_kinds(tmp_path: Path) -> None:
         (
             "kind: Alert\napiVersion: notification.toolkit.fluxcd.io/v1beta3\nmetadata: {name: x}\nspec: {providerRef: {name: p}, eventSources: [], typo: 1}",
             "spec.typo",
-            "Extra inputs",
+            "unknown field",
         ),
     ],
 )
@@ -126,6 +126,40 @@ def test_unreadable_yaml_names_the_file_and_line(tmp_path: Path) -> None:
     (tmp_path / "broken.yaml").write_text("a: [unclosed\n")
     [error] = load_directory(tmp_path).errors
     assert "broken.yaml" in str(error) and "line" in str(error)
+
+
+def test_a_yaml_syntax_error_skips_only_that_document(tmp_path: Path) -> None:
+    """Document 1 is broken YAML: documents 0 and 2 of the same file still load, and the error gives the
+    parser's reason and the line in the file (not in the document)."""
+    provider, alert = GOOD.split("---\n")
+    (tmp_path / "mixed.yaml").write_text(provider + "---\nkind: Alert\nspec: [unclosed\n---\n" + alert)
+    result = load_directory(tmp_path)
+    assert sorted(o.KIND for o in result.objects) == ["Alert", "Provider"]
+    [error] = result.errors
+    assert error.source == "mixed.yaml" and error.index == 1
+    assert "cannot parse YAML at line 8" in str(error)
+    assert "expected" in str(error)  # the parser's own reason ("expected ',' or ']'...")
+    assert "unclosed" not in str(error)  # never the document's content
+
+
+def test_manifests_may_name_a_single_file(tmp_path: Path) -> None:
+    path = tmp_path / "only.yaml"
+    path.write_text(GOOD)
+    (tmp_path / "ignored.yaml").write_text(GOOD.replace("name: slack", "name: other"))
+    result = load_directory(path)
+    assert result.errors == []
+    assert sorted(o.metadata.name for o in result.objects) == ["a", "slack"]
+    store = ObjectStore()
+    LocalManifests(path, store, LocalCluster(store)).load()
+    assert store.provider("apps", "slack") is not None
+
+
+def test_a_missing_manifests_path_is_fatal_at_start(tmp_path: Path) -> None:
+    store = ObjectStore()
+    feeder = LocalManifests(tmp_path / "typo", store, LocalCluster(store))
+    with pytest.raises(ConfigError, match="no such file or directory"):
+        feeder.load()
+    assert not store.synced
 
 
 def test_reload_applies_deletions_and_keeps_controller_status(tmp_path: Path) -> None:
