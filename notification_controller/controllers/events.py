@@ -5,11 +5,12 @@ Every Event goes through ``EventRecorder`` before reaching ``Cluster.emit_event`
 * **masking**: message and annotation values pass through the ``Redactor`` (secret values known to the
   process are replaced by ``*****``); reconcilers must not put secrets in messages, this is the last line
   of defence;
-* **aggregation**: an Event identical to one sent less than ``window`` (5 min) ago — same object, type,
-  reason and message — is not sent again, only counted (``suppressed``). This mirrors client-go's
-  ``EventCorrelator`` de-duplication, without an API call per repeat;
+* **repeats**: an Event identical to one already recorded — same object, type, reason and message — is
+  sent again and the cluster adapter turns it into a PATCH of ``count``/``lastTimestamp`` of the first
+  one, as client-go's ``EventCorrelator`` does. So ``kubectl get events`` shows that a reconcile ran
+  again (what ``flux reconcile`` users look for), without a new Event object per repeat;
 * **spam filter**: a token bucket per object (burst 25, one token back every 5 min, client-go's
-  defaults) caps what a flapping object can write. Aggregated repeats do not spend tokens.
+  ``EventSourceObjectSpamFilter`` defaults) caps what a flapping object can write, repeats included.
 
 Emitting is best effort: an API error is logged, never raised into a reconcile.
 The state is bounded (LRU of ``max_tracked`` entries) so a churn of objects cannot grow memory.
@@ -31,19 +32,12 @@ log = logging.getLogger(__name__)
 NORMAL = "Normal"
 WARNING = "Warning"
 
-DEFAULT_WINDOW = 300.0
 DEFAULT_BURST = 25
 DEFAULT_REFILL_SECONDS = 300.0
 DEFAULT_MAX_TRACKED = 4096
 
 _ObjKey = tuple[str, str, str, str]  # kind, namespace, name, uid
 _EventKey = tuple[_ObjKey, str, str, str]  # object, type, reason, message
-
-
-@dataclass
-class _Seen:
-    first_sent: float
-    count: int  # repeats aggregated since ``first_sent``
 
 
 @dataclass
@@ -61,7 +55,6 @@ class EventRecorder:
         clock: Clock,
         redactor: Redactor | None = None,
         *,
-        window: float = DEFAULT_WINDOW,
         burst: int = DEFAULT_BURST,
         refill_seconds: float = DEFAULT_REFILL_SECONDS,
         max_tracked: int = DEFAULT_MAX_TRACKED,
@@ -69,11 +62,10 @@ class EventRecorder:
         self._cluster = cluster
         self._clock = clock
         self._redact = redactor if redactor is not None else Redactor()
-        self.window = window
         self.burst = burst
         self.refill_seconds = refill_seconds
         self.max_tracked = max_tracked
-        self._seen: OrderedDict[_EventKey, _Seen] = OrderedDict()
+        self._repeats: OrderedDict[_EventKey, int] = OrderedDict()
         self._buckets: OrderedDict[_ObjKey, _Bucket] = OrderedDict()
         self.dropped = 0  # events refused by the spam filter
         self.failed = 0  # events the API refused
@@ -93,12 +85,6 @@ class EventRecorder:
         key: _EventKey = (obj, type_, reason, message)
         now = self._clock.monotonic()
 
-        seen = self._seen.get(key)
-        if seen is not None and now - seen.first_sent < self.window:
-            seen.count += 1
-            self._seen.move_to_end(key)
-            return False
-
         if not self._take_token(obj, now):
             self.dropped += 1
             log.debug(
@@ -106,10 +92,11 @@ class EventRecorder:
             )
             return False
 
-        self._seen[key] = _Seen(first_sent=now, count=0)
-        self._seen.move_to_end(key)
-        while len(self._seen) > self.max_tracked:
-            self._seen.popitem(last=False)
+        repeats = self._repeats.get(key)
+        self._repeats[key] = 0 if repeats is None else repeats + 1
+        self._repeats.move_to_end(key)
+        while len(self._repeats) > self.max_tracked:
+            self._repeats.popitem(last=False)
         try:
             await self._cluster.emit_event(ref, type_, reason, message, masked_annotations)
         except Exception as exc:  # best effort: an Event must never fail a reconcile
@@ -125,18 +112,17 @@ class EventRecorder:
             return False
         return True
 
-    def suppressed(self, ref: ObjectRef, type_: str, reason: str, message: str) -> int:
-        """How many repeats of this exact Event were aggregated in its current window."""
+    def repeats(self, ref: ObjectRef, type_: str, reason: str, message: str) -> int:
+        """How many times this exact Event was recorded again after the first (each one a count bump)."""
         key: _EventKey = ((ref.kind, ref.namespace, ref.name, ref.uid), type_, reason, self._redact(message))
-        seen = self._seen.get(key)
-        return seen.count if seen is not None else 0
+        return self._repeats.get(key, 0)
 
     def forget(self, ref: ObjectRef) -> None:
         """Drop the state of a deleted object."""
         obj: _ObjKey = (ref.kind, ref.namespace, ref.name, ref.uid)
         self._buckets.pop(obj, None)
-        for key in [k for k in self._seen if k[0] == obj]:
-            del self._seen[key]
+        for key in [k for k in self._repeats if k[0] == obj]:
+            del self._repeats[key]
 
     def _take_token(self, obj: _ObjKey, now: float) -> bool:
         bucket = self._buckets.get(obj)

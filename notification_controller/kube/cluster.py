@@ -8,7 +8,8 @@
   ``KubeError(status=409)``; ``patch_status`` goes to the ``/status`` subresource.
 * ``emit_event`` creates ``core/v1`` Events as client-go's recorder does (name ``<object>.<hex ns>``,
   source component ``notification-controller``), and bumps ``count``/``lastTimestamp`` of the Event it
-  created for an identical (object, type, reason, message) within ten minutes instead of creating another.
+  created for an identical (object, type, reason, message) instead of creating another (client-go's
+  EventLogger; a 404 because the API server expired it creates a fresh one).
 * Kind → (group, version, plural): a static table for the Flux kinds (real CRD plurals, e.g.
   ``gitrepositories``, ``imagepolicies``) and API discovery (``/apis/<group>/<version>``, cached) for others.
 """
@@ -34,7 +35,6 @@ log = logging.getLogger(__name__)
 COMPONENT = "notification-controller"
 PARTIAL_METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1, application/json"
 PARTIAL_METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1, application/json"
-EVENT_AGGREGATION_WINDOW = 600.0
 EVENT_CACHE_SIZE = 4096
 MAX_EVENT_MESSAGE = 32768
 DISCOVERY_REFRESH = 30.0
@@ -239,7 +239,7 @@ class KubeCluster:
         key = (ref.api_version, ref.kind, namespace, ref.name, ref.uid, type_, reason, message)
         now, stamp = time.monotonic(), _now()
         record = self._events.get(key)
-        if record is not None and now - record.last_seen < EVENT_AGGREGATION_WINDOW:
+        if record is not None:  # client-go's EventLogger: a repeat bumps the Event it created
             patch = {"count": record.count + 1, "lastTimestamp": stamp}
             path = api_path("", "v1", "events", record.namespace, record.name)
             try:

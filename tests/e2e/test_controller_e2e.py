@@ -12,6 +12,7 @@ import hashlib
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -421,3 +422,63 @@ def time_ns() -> int:
     import time
 
     return time.time_ns()
+
+
+def test_flux_reconcile_shows_a_fresh_event(
+    installed: KubeTestServer, controller: Controller, namespace: str
+) -> None:
+    """`flux reconcile` = annotate reconcile.fluxcd.io/requestedAt: the repeated Succeeded Event must show up
+    (count/lastTimestamp bumped on the same Event, as client-go's correlator does), not vanish."""
+    apply(
+        installed,
+        textwrap.dedent(
+            f"""\
+            apiVersion: v1
+            kind: Secret
+            metadata: {{name: token, namespace: {namespace}}}
+            stringData: {{token: event-token}}
+            ---
+            apiVersion: notification.toolkit.fluxcd.io/v1
+            kind: Receiver
+            metadata: {{name: gh, namespace: {namespace}}}
+            spec:
+              type: github
+              secretRef: {{name: token}}
+              resources: [{{kind: GitRepository, name: app}}]
+            """
+        ),
+    )
+
+    def succeeded() -> list[dict[str, Any]]:
+        out = installed.kubectl("get", "events", "-n", namespace, "-o", "json", check=True).stdout
+        items = yaml.safe_load(out)["items"]
+        return [
+            e
+            for e in items
+            if e["involvedObject"].get("name") == "gh"
+            and e["reason"] == "Succeeded"
+            and e["type"] == "Normal"
+        ]
+
+    first = wait_for(lambda: succeeded() or None, what="the first Succeeded event")
+    assert len(first) == 1
+    count = int(first[0].get("count") or 1)
+    for attempt in range(2):
+        installed.kubectl(
+            "annotate",
+            "receiver",
+            "gh",
+            "-n",
+            namespace,
+            f"reconcile.fluxcd.io/requestedAt=now-{attempt}",
+            "--overwrite",
+            check=True,
+        )
+        bumped = wait_for(
+            functools.partial(
+                lambda seen: [e for e in succeeded() if int(e.get("count") or 1) > seen] or None, count
+            ),
+            what=f"the Succeeded event bumped after reconcile request {attempt}",
+        )
+        assert len(succeeded()) == 1  # the same Event object, not a new one per reconcile
+        count = int(bumped[0]["count"])
