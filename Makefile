@@ -1,35 +1,52 @@
 # Two commands do all set-up on a fresh machine:
-#   make run    creates .venv if missing, installs, runs the controller in local mode on examples/
+#   make run    creates .venv if missing, installs what running needs, runs the controller in local mode
 #   make test   creates .venv, installs test extras, runs lint + types + import contracts + the whole suite
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
+RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed
 E2E_BUILD := tests/e2e/build-apiserver.sh
+# Two targets started at once (make run & make sink) must not build the venv twice: one lock for both.
+LOCK := flock $(VENV).lock
 
-.PHONY: run test check lint types imports unit e2e bench soak crds fmt clean sink hook
+# Ports of the local-mode demo (make run / sink / hook); e.g. make run EVENTS_PORT=19090.
+EVENTS_PORT ?= 9090
+RECEIVER_PORT ?= 9292
+METRICS_PORT ?= 8080
+HEALTH_PORT ?= 9440
+SINK_PORT ?= 9999
+HOOK_PORT ?= 9595
 
-$(STAMP): pyproject.toml
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,speed]'
-	@touch $(STAMP)
+.PHONY: run test check lint types imports unit e2e bench soak crds fmt clean sink hook venv
+
+# What running needs: the package and its runtime dependencies (no test toolchain).
+$(RUN_STAMP): pyproject.toml
+	@$(LOCK) sh -c 'test -f $(RUN_STAMP) -a $(RUN_STAMP) -nt pyproject.toml && exit 0; \
+		test -x $(PY) || $(PYTHON) -m venv $(VENV); \
+		$(PY) -m pip install --quiet --upgrade pip && \
+		$(PY) -m pip install --quiet -e ".[speed]" && touch $(RUN_STAMP)'
+
+# Everything the checks need on top.
+$(STAMP): $(RUN_STAMP)
+	@$(LOCK) sh -c 'test -f $(STAMP) -a $(STAMP) -nt $(RUN_STAMP) && exit 0; \
+		$(PY) -m pip install --quiet -e ".[test,speed]" && touch $(STAMP)'
 
 venv: $(STAMP)
 
 MANIFESTS ?= examples/manifests
 
-run: $(STAMP)
+run: $(RUN_STAMP)
 	$(PY) -m notification_controller --manifests $(MANIFESTS) --log-encoding console \
-		--events-addr 127.0.0.1:9090 --receiverAddr 127.0.0.1:9292 \
-		--metrics-addr 127.0.0.1:8080 --health-addr 127.0.0.1:9440
+		--events-addr 127.0.0.1:$(EVENTS_PORT) --receiverAddr 127.0.0.1:$(RECEIVER_PORT) \
+		--metrics-addr 127.0.0.1:$(METRICS_PORT) --health-addr 127.0.0.1:$(HEALTH_PORT)
 
-sink: $(STAMP)
-	$(PY) examples/sink.py
+sink: $(RUN_STAMP)
+	$(PY) examples/sink.py $(SINK_PORT)
 
-# The example pre-dispatch hook (docs/hooks.md) on 127.0.0.1:9595; HOOK_ARGS=--always-open for demos.
-hook: $(STAMP)
-	HOOK_HMAC_KEY=change-me-hook-key $(PY) examples/hooks/enricher.py $(HOOK_ARGS)
+# The example pre-dispatch hook (docs/hooks.md) on 127.0.0.1:$(HOOK_PORT); HOOK_ARGS=--always-open for demos.
+hook: $(RUN_STAMP)
+	HOOK_HMAC_KEY=change-me-hook-key $(PY) examples/hooks/enricher.py --port $(HOOK_PORT) $(HOOK_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -73,4 +90,4 @@ crds: $(STAMP)
 	$(PY) -m notification_controller.api.crdgen crds/
 
 clean:
-	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(VENV).lock build *.egg-info .mypy_cache .ruff_cache
