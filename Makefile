@@ -87,7 +87,7 @@ soak: $(STAMP) e2e-server
 	$(VENV)/bin/pytest -p no:cacheprovider -m soak
 
 crds: $(STAMP)
-	$(PY) -m notification_controller.api.crdgen crds/
+	$(PY) -m notification_controller.api.crdgen config/crd/bases/
 
 clean:
 	rm -rf $(VENV) $(VENV).lock build *.egg-info .mypy_cache .ruff_cache

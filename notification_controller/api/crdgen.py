@@ -57,8 +57,6 @@ PRINTER_COLUMNS: list[dict[str, str]] = [
 ]
 """Flux's Receiver columns; Alert and Provider get the same ones because ours report Ready in status."""
 
-KUSTOMIZATION = "kustomization.yaml"
-
 _API_VERSION_DESCRIPTION = (
     "APIVersion defines the versioned schema of this representation of an object.\n"
     "Servers should convert recognized schemas to the latest internal value, and\n"
@@ -350,14 +348,9 @@ def crd_filename(model: type[BaseModel]) -> str:
 
 
 def generate(models: Sequence[type[BaseModel]] = KINDS) -> dict[str, str]:
-    """File name → content for every CRD plus the ``kustomization.yaml`` listing them."""
+    """File name → content for every CRD (only CRDs: ``kubectl apply -f crds/`` must work; the
+    kustomization that lists them is ``config/crd/kustomization.yaml``, one level up, as Flux does)."""
     files = {crd_filename(model): to_yaml(crd(model)) for model in models}
-    kustomization = {
-        "apiVersion": "kustomize.config.k8s.io/v1beta1",
-        "kind": "Kustomization",
-        "resources": sorted(files),
-    }
-    files[KUSTOMIZATION] = yaml.dump(kustomization, Dumper=_Dumper, sort_keys=False, default_flow_style=False)
     return files
 
 

@@ -20,6 +20,7 @@ import yaml
 from tests.e2e.apiserver import KubeTestServer
 from tests.e2e.controllerkit import (
     NS,
+    ROOT,
     Controller,
     ThreadedSink,
     apply,
@@ -482,3 +483,31 @@ def test_flux_reconcile_shows_a_fresh_event(
         )
         assert len(succeeded()) == 1  # the same Event object, not a new one per reconcile
         count = int(bumped[0]["count"])
+
+
+def test_documented_install_commands_work_on_an_api_server_without_crd_cel(
+    installed: KubeTestServer,
+) -> None:
+    """README "Run in a cluster": the one command for API servers < 1.25 (this one is 1.20, which knows no
+    x-kubernetes-validations) installs everything, and `kubectl apply -f crds/` applies the CRDs alone."""
+    installed.kubectl("apply", "--validate=false", "-f", str(ROOT / "crds") + "/", check=True)
+    result = installed.kubectl(
+        "apply", "--validate=false", "-k", str(ROOT / "config" / "default"), check=True
+    )
+    applied = result.stdout
+    for what in (
+        "customresourcedefinition.apiextensions.k8s.io/alerts.notification.toolkit.fluxcd.io",
+        "clusterrole.rbac.authorization.k8s.io/notification-controller",
+        "deployment.apps/notification-controller",
+        "service/webhook-receiver",
+        "networkpolicy.networking.k8s.io/",
+    ):
+        assert what in applied, applied
+    for crd in ("alerts", "providers", "receivers"):
+        installed.kubectl(
+            "wait",
+            "--for=condition=Established",
+            f"crd/{crd}.notification.toolkit.fluxcd.io",
+            "--timeout=30s",
+            check=True,
+        )

@@ -72,13 +72,24 @@ def test_checked_in_crds_equal_the_generator_output() -> None:
     """crds/ is generated (reference §1): any difference means a model changed without regenerating."""
     files = crdgen.generate()
     assert set(files) == {
-        "kustomization.yaml",
         f"{GROUP}_alerts.yaml",
         f"{GROUP}_providers.yaml",
         f"{GROUP}_receivers.yaml",
     }
     stale = crdgen.drift(CRDS, files)
     assert stale == [], f"crds/ is out of date ({', '.join(stale)}): run `make crds` and commit the result"
+
+
+def test_crds_directory_holds_only_crds_and_the_kustomization_lists_them_all() -> None:
+    """`kubectl apply -f crds/` must apply CRDs only; `kubectl apply -k config/crd` the same set."""
+    docs = [d for p in sorted(CRDS.iterdir()) for d in yaml.safe_load_all(p.read_text(encoding="utf-8")) if d]
+    assert {d["kind"] for d in docs} == {"CustomResourceDefinition"}
+    kustomization = yaml.safe_load(
+        (REPO / "config" / "crd" / "kustomization.yaml").read_text(encoding="utf-8")
+    )
+    listed = {Path(r).name for r in kustomization["resources"]}
+    assert listed == {p.name for p in CRDS.iterdir()}
+    assert (REPO / "config" / "crd" / "bases").resolve() == CRDS.resolve()
 
 
 def test_generator_cli_writes_then_check_detects_drift(
