@@ -39,7 +39,7 @@ from .server.events import EventServerSettings, create_event_app
 from .server.events import runner_kwargs as event_runner_kwargs
 from .server.health import create_health_app
 from .server.metrics import create_metrics_app
-from .settings import Settings
+from .settings import Settings, compat_notices
 from .store.base import Change, Cluster, ObjectRef, ObjectStore
 
 log = logging.getLogger(__name__)
@@ -148,7 +148,11 @@ class App:
             ),
             stages=[self.hooks.pre_dispatch],
             redactor=self.redactor,
-            tokens=TokenCache(),
+            tokens=(
+                TokenCache(capacity=s.tokens.max_size, max_ttl=s.tokens.max_duration)
+                if s.tokens.max_size > 0
+                else None  # --token-cache-max-size=0: mint a token for every delivery, as Flux
+            ),
         )
 
     def _on_change(self, change: Change) -> None:
@@ -289,6 +293,8 @@ def run(settings: Settings) -> int:
     async def main() -> int:
         app = App(settings)
         logsetup.configure(settings.log.level, settings.log.encoding, app.redactor)
+        for notice in compat_notices(settings):
+            log.info("%s", notice)
         await app.serve_forever()
         return 1 if app.leadership_lost else 0
 

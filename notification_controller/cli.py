@@ -12,19 +12,10 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from .core.duration import parse_duration
-from .settings import (
-    EventSettings,
-    KubeSettings,
-    LeaderSettings,
-    LogSettings,
-    ReceiverSettings,
-    ServerSettings,
-    Settings,
-)
-
-KNOWN_GATES = ("CacheSecretsAndConfigMaps", "DisableConfigWatchers", "ObjectLevelWorkloadIdentity")
+from .settings import KNOWN_GATES, SECTIONS, Flag, Settings, all_flags, flag_fields
 
 
 def go_bool(value: str) -> bool:
@@ -60,101 +51,94 @@ def _normalise(argv: Sequence[str]) -> list[str]:
     return ["-" + a if a.startswith("-") and not a.startswith("--") and len(a) > 2 else a for a in argv]
 
 
-def _bool(p: argparse.ArgumentParser, flag: str, default: bool) -> None:
-    """A Go-style boolean flag: ``--flag``, ``--flag=true``, ``--flag=false``."""
-    p.add_argument(flag, type=go_bool, nargs="?", const=True, default=default)
+def _format_default(flag: Flag, default: Any) -> str:
+    if flag.show_default is not None:
+        return flag.show_default
+    if isinstance(default, bool):
+        return str(default).lower()
+    if default is None or default == {}:
+        return ""
+    return str(default)
+
+
+_METAVARS = {"int": "N", "float": "NUMBER", "duration": "DURATION", "path": "PATH", "gates": "NAME=BOOL,..."}
+_PARSERS: dict[str, Any] = {
+    "str": str,
+    "int": int,
+    "float": float,
+    "bool": go_bool,
+    "duration": duration,
+    "path": Path,
+    "gates": feature_gates,
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="notification-controller", description=__doc__.split("\n")[0])
-    p.add_argument("--events-addr", default=":9090", help="event server address")
-    p.add_argument("--receiverAddr", "--receiver-addr", dest="receiver_addr", default=":9292")
-    p.add_argument("--metrics-addr", default=":8080")
-    p.add_argument("--health-addr", default=":9440")
-    p.add_argument("--rate-limit-interval", type=duration, default=300.0, help="duplicate-event window (5m)")
-    _bool(p, "--no-cross-namespace-refs", False)
-    _bool(p, "--export-http-path-metrics", False)
-    p.add_argument("--log-level", choices=["trace", "debug", "info", "error"], default="info")
-    p.add_argument("--log-encoding", choices=["json", "console"], default="json")
-    p.add_argument("--manifests", type=Path, default=None, help="local mode: a directory of YAML manifests")
-    p.add_argument("--manifests-poll-interval", type=duration, default=2.0)
-    p.add_argument("--kubeconfig", default=None)
-    _bool(p, "--watch-all-namespaces", True)
-    p.add_argument("--watch-configs-label-selector", default="reconcile.fluxcd.io/watch=Enabled")
-    p.add_argument("--concurrent", type=int, default=4)
-    p.add_argument("--min-retry-delay", type=duration, default=0.75)
-    p.add_argument("--max-retry-delay", type=duration, default=900.0)
-    p.add_argument("--resync-interval", type=duration, default=600.0)
-    p.add_argument("--kube-api-qps", type=float, default=50.0)
-    p.add_argument("--kube-api-burst", type=int, default=300)
-    _bool(p, "--enable-leader-election", False)
-    _bool(p, "--leader-election-release-on-cancel", True)
-    p.add_argument("--leader-election-lease-duration", type=duration, default=35.0)
-    p.add_argument("--leader-election-renew-deadline", type=duration, default=30.0)
-    p.add_argument("--leader-election-retry-period", type=duration, default=5.0)
-    p.add_argument("--feature-gates", type=feature_gates, default={})
-    p.add_argument("--max-pending-notifications", type=int, default=10_000)
-    p.add_argument("--provider-concurrency", type=int, default=16, help="parallel deliveries per Provider")
-    p.add_argument("--shutdown-grace-period", type=duration, default=25.0)
-    p.add_argument("--receiver-rate-limit", type=float, default=10.0, help="requests/s per Receiver (0: off)")
-    p.add_argument("--receiver-rate-burst", type=int, default=50)
-    p.add_argument("--receiver-replay-ttl", type=duration, default=600.0)
-    p.add_argument("--hooks-config", type=Path, default=None)
+    for section, name, flag, default in all_flags():
+        help_text = flag.help + (
+            " [accepted for Flux compatibility; no effect here]" if flag.compat_only else ""
+        )
+        shown = _format_default(flag, default)
+        if shown:
+            help_text += f" (default {shown})"
+        kwargs: dict[str, Any] = {
+            "dest": f"{section}.{name}" if section else name,
+            "default": default,
+            "help": help_text.replace("%", "%%"),
+        }
+        if flag.kind == "bool":  # Go-style: --flag, --flag=true, --flag=false
+            kwargs.update(type=go_bool, nargs="?", const=True, metavar="BOOL")
+        else:
+            kwargs.update(type=_PARSERS[flag.kind], metavar=_METAVARS.get(flag.kind, "VALUE"))
+        if flag.choices:
+            kwargs["choices"] = flag.choices
+        p.add_argument(flag.name, *flag.aliases, **kwargs)
     return p
+
+
+def flags_table() -> str:
+    """The README's flags table, generated from the settings (a test compares the two)."""
+    rows = ["| flag | default | meaning |", "|---|---|---|"]
+    for _, _, flag, default in all_flags():
+        names = " / ".join(f"`{n}`" for n in (flag.name, *flag.aliases))
+        shown = _format_default(flag, default)
+        meaning = flag.help + (" (Flux compatibility only: no effect)" if flag.compat_only else "")
+        rows.append(f"| {names} | {f'`{shown}`' if shown else ''} | {meaning} |")
+    return "\n".join(rows)
 
 
 def parse_args(argv: Sequence[str] | None = None, environ: dict[str, str] | None = None) -> Settings:
     env = os.environ if environ is None else environ
-    ns = build_parser().parse_args(_normalise(list(sys.argv[1:] if argv is None else argv)))
-    return Settings(
-        server=ServerSettings(
-            events_addr=ns.events_addr,
-            receiver_addr=ns.receiver_addr,
-            metrics_addr=ns.metrics_addr,
-            health_addr=ns.health_addr,
-            export_http_path_metrics=ns.export_http_path_metrics,
-            shutdown_grace=ns.shutdown_grace_period,
-        ),
-        events=EventSettings(
-            rate_limit_interval=ns.rate_limit_interval,
-            no_cross_namespace_refs=ns.no_cross_namespace_refs,
-            max_pending=ns.max_pending_notifications,
-            provider_concurrency=ns.provider_concurrency,
-        ),
-        receivers=ReceiverSettings(
-            rate_limit=ns.receiver_rate_limit,
-            rate_burst=ns.receiver_rate_burst,
-            replay_ttl=ns.receiver_replay_ttl,
-        ),
-        leader=LeaderSettings(
-            enabled=ns.enable_leader_election,
-            release_on_cancel=ns.leader_election_release_on_cancel,
-            lease_duration=ns.leader_election_lease_duration,
-            renew_deadline=ns.leader_election_renew_deadline,
-            retry_period=ns.leader_election_retry_period,
-        ),
-        kube=KubeSettings(
-            kubeconfig=ns.kubeconfig or env.get("KUBECONFIG") or None,
-            watch_all_namespaces=ns.watch_all_namespaces,
-            runtime_namespace=env.get("RUNTIME_NAMESPACE", "flux-system"),
-            qps=ns.kube_api_qps,
-            burst=ns.kube_api_burst,
-            concurrent=ns.concurrent,
-            min_retry_delay=ns.min_retry_delay,
-            max_retry_delay=ns.max_retry_delay,
-            resync_interval=ns.resync_interval,
-            watch_configs_label_selector=ns.watch_configs_label_selector,
-        ),
-        log=LogSettings(level=ns.log_level, encoding=ns.log_encoding),
-        feature_gates=ns.feature_gates,
-        manifests=ns.manifests,
-        manifests_poll_interval=ns.manifests_poll_interval,
-        hooks_config=ns.hooks_config,
-    )
+    ns = vars(build_parser().parse_args(_normalise(list(sys.argv[1:] if argv is None else argv))))
+    sections: dict[str, Any] = {}
+    for section, cls in SECTIONS:
+        values = {name: ns[f"{section}.{name}"] for name, _, _ in flag_fields(cls)}
+        if section == "kube":
+            values["kubeconfig"] = values["kubeconfig"] or env.get("KUBECONFIG") or None
+            values["runtime_namespace"] = env.get("RUNTIME_NAMESPACE", "flux-system")
+        sections[section] = cls(**values)
+    top = {name: ns[name] for name, _, _ in flag_fields(Settings)}
+    settings = Settings(**sections, **top)
+    check(settings)
+    return settings
+
+
+def check(settings: Settings) -> None:
+    """Flag combinations Flux refuses at start, and flags accepted only for compatibility (logged)."""
+    if settings.kube.default_service_account and not settings.gate("ObjectLevelWorkloadIdentity"):
+        raise SystemExit(
+            "invalid flags: --default-service-account requires the ObjectLevelWorkloadIdentity feature gate "
+            "(InconsistentObjectLevelConfiguration)"
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    settings = parse_args(argv)
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args == ["--flags-table"]:
+        print(flags_table())
+        return 0
+    settings = parse_args(args)
     from .app import run
 
     return run(settings)

@@ -1,63 +1,205 @@
-"""Typed settings, grouped by concern. Built by ``cli.parse_args``; defaults are Flux's (reference §7)."""
+"""Typed settings, grouped by concern, and the ONE place where every default and flag is written.
+
+Each field of a section carries its command-line flag in ``metadata`` (``opt(...)``): the flag name (Flux's
+where Flux has the flag), its help text, how to parse it, and whether it only exists for compatibility with
+Flux's controller. ``cli.py`` builds argparse from these fields, and the README's flags table is generated
+from them (``python -m notification_controller.cli --flags-table``; a test keeps the README in step), so a
+default is never written twice. Components take their own section (``settings.events`` ...).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from pathlib import Path
+from typing import Any
+
+KNOWN_GATES = ("CacheSecretsAndConfigMaps", "DisableConfigWatchers", "ObjectLevelWorkloadIdentity")
+
+
+@dataclass(frozen=True)
+class Flag:
+    """How a settings field is set from the command line."""
+
+    name: str
+    help: str
+    kind: str = "str"  # str | int | float | bool | duration | path | gates
+    aliases: tuple[str, ...] = ()
+    choices: tuple[str, ...] = ()
+    compat_only: bool = False  # accepted so Flux's manifests run unchanged; has no effect here
+    show_default: str | None = None  # how the default reads in help/README (e.g. "5m" for 300.0)
+
+
+def opt(
+    default: Any,
+    name: str,
+    help: str,
+    *,
+    kind: str = "str",
+    aliases: tuple[str, ...] = (),
+    choices: tuple[str, ...] = (),
+    compat_only: bool = False,
+    show_default: str | None = None,
+) -> Any:
+    """A settings field with its flag. ``default`` may be a zero-argument factory for mutable values."""
+    flag = Flag(name, help, kind, aliases, choices, compat_only, show_default)
+    if callable(default):
+        return field(default_factory=default, metadata={"flag": flag})
+    return field(default=default, metadata={"flag": flag})
 
 
 @dataclass(frozen=True)
 class ServerSettings:
-    events_addr: str = ":9090"
-    receiver_addr: str = ":9292"
-    metrics_addr: str = ":8080"
-    health_addr: str = ":9440"
-    export_http_path_metrics: bool = False
-    shutdown_grace: float = 25.0  # seconds to drain deliveries on SIGTERM (pod grace period is 30 s)
+    events_addr: str = opt(":9090", "--events-addr", "event server address (Flux's controllers POST here)")
+    receiver_addr: str = opt(
+        ":9292", "--receiverAddr", "webhook receiver server address", aliases=("--receiver-addr",)
+    )
+    metrics_addr: str = opt(":8080", "--metrics-addr", "Prometheus /metrics address")
+    health_addr: str = opt(":9440", "--health-addr", "/healthz and /readyz address")
+    export_http_path_metrics: bool = opt(
+        False,
+        "--export-http-path-metrics",
+        "label HTTP metrics with the request path (known paths only; others count as 'other')",
+        kind="bool",
+    )
+    shutdown_grace: float = opt(
+        25.0,
+        "--shutdown-grace-period",
+        "time in-flight deliveries get on SIGTERM (the pod's grace period is 30s)",
+        kind="duration",
+        show_default="25s",
+    )
 
 
 @dataclass(frozen=True)
 class EventSettings:
-    rate_limit_interval: float = 300.0
-    no_cross_namespace_refs: bool = False
-    max_pending: int = 10_000
-    provider_concurrency: int = 16
+    rate_limit_interval: float = opt(
+        300.0,
+        "--rate-limit-interval",
+        "duplicate-event window: the same event again within it gets 429",
+        kind="duration",
+        show_default="5m",
+    )
+    no_cross_namespace_refs: bool = opt(
+        False,
+        "--no-cross-namespace-refs",
+        "refuse references across namespaces (Alert sources, Receiver resources)",
+        kind="bool",
+    )
+    max_pending: int = opt(
+        10_000,
+        "--max-pending-notifications",
+        "cap on queued deliveries; beyond it notifications are dropped and counted",
+        kind="int",
+    )
+    provider_concurrency: int = opt(
+        16, "--provider-concurrency", "parallel deliveries per Provider", kind="int"
+    )
 
 
 @dataclass(frozen=True)
 class ReceiverSettings:
-    rate_limit: float = 10.0  # requests per second per Receiver; 0 disables
-    rate_burst: int = 50
-    replay_ttl: float = 600.0
+    rate_limit: float = opt(
+        10.0, "--receiver-rate-limit", "requests/s per Receiver (token bucket; 0 disables)", kind="float"
+    )
+    rate_burst: int = opt(50, "--receiver-rate-burst", "burst of the per-Receiver token bucket", kind="int")
+    replay_ttl: float = opt(
+        600.0,
+        "--receiver-replay-ttl",
+        "how long a webhook delivery id is remembered (replays get 200 without a new reconcile)",
+        kind="duration",
+        show_default="10m",
+    )
 
 
 @dataclass(frozen=True)
 class LeaderSettings:
-    enabled: bool = False
-    release_on_cancel: bool = True
-    lease_duration: float = 35.0
-    renew_deadline: float = 30.0
-    retry_period: float = 5.0
+    enabled: bool = opt(
+        False,
+        "--enable-leader-election",
+        "reconcile only on the replica holding the notification-controller-leader-election Lease",
+        kind="bool",
+    )
+    release_on_cancel: bool = opt(
+        True, "--leader-election-release-on-cancel", "release the Lease on shutdown", kind="bool"
+    )
+    lease_duration: float = opt(
+        35.0, "--leader-election-lease-duration", "Lease duration", kind="duration", show_default="35s"
+    )
+    renew_deadline: float = opt(
+        30.0,
+        "--leader-election-renew-deadline",
+        "give up leading when the Lease cannot be renewed within this",
+        kind="duration",
+        show_default="30s",
+    )
+    retry_period: float = opt(
+        5.0,
+        "--leader-election-retry-period",
+        "time between Lease acquisition/renewal attempts",
+        kind="duration",
+        show_default="5s",
+    )
 
 
 @dataclass(frozen=True)
 class KubeSettings:
-    kubeconfig: str | None = None
-    watch_all_namespaces: bool = True
-    runtime_namespace: str = "flux-system"
-    qps: float = 50.0
-    burst: int = 300
-    concurrent: int = 4
-    min_retry_delay: float = 0.75
-    max_retry_delay: float = 900.0
-    resync_interval: float = 600.0
-    watch_configs_label_selector: str = "reconcile.fluxcd.io/watch=Enabled"
+    kubeconfig: str | None = opt(None, "--kubeconfig", "kubeconfig file (else $KUBECONFIG, else in-cluster)")
+    watch_all_namespaces: bool = opt(
+        True, "--watch-all-namespaces", "watch every namespace; false: only $RUNTIME_NAMESPACE", kind="bool"
+    )
+    runtime_namespace: str = "flux-system"  # $RUNTIME_NAMESPACE (no flag, as in Flux)
+    qps: float = opt(50.0, "--kube-api-qps", "client-side API request rate", kind="float")
+    burst: int = opt(300, "--kube-api-burst", "client-side API request burst", kind="int")
+    concurrent: int = opt(4, "--concurrent", "reconcile workers per kind", kind="int")
+    min_retry_delay: float = opt(
+        0.75,
+        "--min-retry-delay",
+        "first backoff of a failed reconcile",
+        kind="duration",
+        show_default="750ms",
+    )
+    max_retry_delay: float = opt(
+        900.0, "--max-retry-delay", "backoff cap of a failed reconcile", kind="duration", show_default="15m"
+    )
+    resync_interval: float = opt(
+        600.0,
+        "--resync-interval",
+        "re-reconcile every object this often (the watch is the primary trigger)",
+        kind="duration",
+        show_default="10m",
+    )
+    watch_configs_label_selector: str = opt(
+        "reconcile.fluxcd.io/watch=Enabled",
+        "--watch-configs-label-selector",
+        "Flux: which Secrets trigger reconciles; here every referenced Secret does",
+        compat_only=True,
+    )
+    default_service_account: str = opt(
+        "",
+        "--default-service-account",
+        "default ServiceAccount for object-level workload identity (needs the ObjectLevelWorkloadIdentity gate)",
+    )
+
+
+@dataclass(frozen=True)
+class TokenCacheSettings:
+    max_size: int = opt(
+        100, "--token-cache-max-size", "cloud/GitHub-App tokens kept (0 disables the cache)", kind="int"
+    )
+    max_duration: float = opt(
+        3600.0,
+        "--token-cache-max-duration",
+        "longest time a cached token is reused",
+        kind="duration",
+        show_default="1h",
+    )
 
 
 @dataclass(frozen=True)
 class LogSettings:
-    level: str = "info"
-    encoding: str = "json"
+    level: str = opt("info", "--log-level", "log level", choices=("trace", "debug", "info", "error"))
+    encoding: str = opt("json", "--log-encoding", "log encoding", choices=("json", "console"))
 
 
 @dataclass(frozen=True)
@@ -67,11 +209,30 @@ class Settings:
     receivers: ReceiverSettings = field(default_factory=ReceiverSettings)
     leader: LeaderSettings = field(default_factory=LeaderSettings)
     kube: KubeSettings = field(default_factory=KubeSettings)
+    tokens: TokenCacheSettings = field(default_factory=TokenCacheSettings)
     log: LogSettings = field(default_factory=LogSettings)
-    feature_gates: dict[str, bool] = field(default_factory=dict)
-    manifests: Path | None = None  # local mode when set
-    manifests_poll_interval: float = 2.0
-    hooks_config: Path | None = None
+    feature_gates: dict[str, bool] = opt(
+        dict,
+        "--feature-gates",
+        "comma-separated Name=bool: " + ", ".join(KNOWN_GATES),
+        kind="gates",
+    )
+    manifests: Path | None = opt(
+        None,
+        "--manifests",
+        "local mode: a directory (or one file) of YAML manifests instead of a cluster",
+        kind="path",
+    )
+    manifests_poll_interval: float = opt(
+        2.0,
+        "--manifests-poll-interval",
+        "local mode: how often the manifests are checked for changes",
+        kind="duration",
+        show_default="2s",
+    )
+    hooks_config: Path | None = opt(
+        None, "--hooks-config", "controller-wide hooks file (docs/hooks.md)", kind="path"
+    )
 
     @property
     def local_mode(self) -> bool:
@@ -79,3 +240,54 @@ class Settings:
 
     def gate(self, name: str) -> bool:
         return self.feature_gates.get(name, False)
+
+
+def _sections() -> tuple[tuple[str, type[Any]], ...]:
+    """(field, class) of every section of ``Settings`` (the fields whose default is a settings class)."""
+    out: list[tuple[str, type[Any]]] = []
+    for f in fields(Settings):
+        factory: Any = f.default_factory
+        if isinstance(factory, type) and is_dataclass(factory):
+            out.append((f.name, factory))
+    return tuple(out)
+
+
+SECTIONS = _sections()
+
+
+def flag_fields(cls: type[Any]) -> list[tuple[str, Flag, Callable[[], Any] | Any]]:
+    """(field name, flag, default) of every flag-carrying field of a settings class."""
+    out: list[tuple[str, Flag, Any]] = []
+    for f in fields(cls):
+        flag = f.metadata.get("flag")
+        if flag is None:
+            continue
+        default = f.default_factory() if f.default_factory is not MISSING else f.default
+        out.append((f.name, flag, default))
+    return out
+
+
+def all_flags() -> list[tuple[str | None, str, Flag, Any]]:
+    """(section or None for top level, field, flag, default) for every flag, in settings order."""
+    out: list[tuple[str | None, str, Flag, Any]] = []
+    for section, cls in SECTIONS:
+        out.extend((section, name, flag, default) for name, flag, default in flag_fields(cls))
+    out.extend((None, name, flag, default) for name, flag, default in flag_fields(Settings))
+    return out
+
+
+def compat_notices(settings: Settings) -> list[str]:
+    """One line per flag that was set but has no effect here (logged once at start)."""
+    notices = []
+    for section, name, flag, default in all_flags():
+        if not flag.compat_only:
+            continue
+        value = getattr(getattr(settings, section) if section else settings, name)
+        if value != default:
+            notices.append(f"{flag.name} is accepted for compatibility with Flux and has no effect here")
+    if settings.kube.default_service_account:
+        notices.append(
+            "--default-service-account has no effect yet: object-level workload identity is not implemented "
+            "(see the README's compatibility notes)"
+        )
+    return notices

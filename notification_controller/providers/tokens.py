@@ -62,10 +62,12 @@ class TokenCache:
         capacity: int = DEFAULT_CAPACITY,
         clock: Callable[[], float] = time.time,
         min_margin: float = MIN_MARGIN,
+        max_ttl: float = MAX_TTL,
     ) -> None:
         if capacity < 1:
-            raise ValueError("capacity must be at least 1")
+            raise ValueError("capacity must be at least 1 (no cache at all: pass None where a cache is taken)")
         self._capacity = capacity
+        self._max_ttl = max_ttl
         self._clock = clock
         self._min_margin = min_margin
         # key -> (token, reuse-until time)
@@ -79,7 +81,7 @@ class TokenCache:
 
     def _reuse_until(self, token: CachedToken, minted_at: float) -> float:
         lifetime = max(0.0, token.expires_at - minted_at)
-        until = minted_at + min(lifetime * LIFETIME_FRACTION, MAX_TTL)
+        until = minted_at + min(lifetime * LIFETIME_FRACTION, self._max_ttl)
         return min(until, token.expires_at - self._min_margin)
 
     def get(self, key: str) -> CachedToken | None:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from notification_controller.cli import parse_args
+from notification_controller.cli import build_parser, flags_table, parse_args
+from notification_controller.settings import compat_notices
 
 
 def test_defaults_are_fluxs() -> None:
@@ -55,3 +58,61 @@ def test_go_flag_syntax() -> None:
 def test_invalid_flags_exit(argv: list[str]) -> None:
     with pytest.raises(SystemExit):
         parse_args(argv, environ={})
+
+
+def test_every_flux_flag_is_accepted() -> None:
+    """Reference §7: every flag of Flux's controller parses (implemented, or compatibility-only)."""
+    s = parse_args(
+        [
+            "--token-cache-max-size=0",
+            "--token-cache-max-duration=10m",
+            "--feature-gates=ObjectLevelWorkloadIdentity=true,CacheSecretsAndConfigMaps=true",
+            "--default-service-account=notifier",
+            "--watch-configs-label-selector=team=a",
+            "--leader-election-release-on-cancel=false",
+        ],
+        environ={},
+    )
+    assert (s.tokens.max_size, s.tokens.max_duration) == (0, 600)
+    assert s.kube.default_service_account == "notifier"
+    assert s.leader.release_on_cancel is False
+    notices = compat_notices(s)
+    assert any(n.startswith("--watch-configs-label-selector is accepted for compatibility") for n in notices)
+    assert any(n.startswith("--default-service-account has no effect") for n in notices)
+    assert compat_notices(parse_args([], environ={})) == []
+
+
+def test_default_service_account_needs_the_gate() -> None:
+    """Flux refuses it at start (InconsistentObjectLevelConfiguration)."""
+    with pytest.raises(SystemExit, match="ObjectLevelWorkloadIdentity"):
+        parse_args(["--default-service-account=notifier"], environ={})
+
+
+def test_help_describes_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse_args(["--help"], environ={})
+    text = " ".join(capsys.readouterr().out.split())
+    parser = build_parser()
+    for action in parser._actions:
+        if action.dest == "help":
+            continue
+        assert action.help, f"{action.option_strings} has no help"
+        assert action.option_strings[0] in text
+    assert "accepted for Flux compatibility" in text
+
+
+def test_the_readme_flags_table_is_generated_from_the_settings() -> None:
+    """Defaults and help are written once (settings.py); the README shows exactly that table."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    assert flags_table() in readme, (
+        "README flags table is stale: paste `python -m notification_controller --flags-table`"
+    )
+
+
+def test_the_token_cache_flags_reach_the_cache(tmp_path: Path) -> None:
+    from notification_controller.app import App
+
+    app = App(parse_args(["--manifests", str(tmp_path), "--token-cache-max-size=0"], environ={}))
+    assert app.dispatcher.tokens is None
+    app = App(parse_args(["--manifests", str(tmp_path), "--token-cache-max-size=7"], environ={}))
+    assert app.dispatcher.tokens is not None and app.dispatcher.tokens._capacity == 7

@@ -150,6 +150,23 @@ async def test_token_cache_reuses_until_80_percent_of_lifetime() -> None:
     assert (cache.hits, cache.misses) == (1, 2)
 
 
+async def test_token_cache_max_duration_caps_reuse() -> None:
+    """--token-cache-max-duration: a 2 h token is reused for at most the configured 10 minutes."""
+    clock = FakeClock()
+    cache = TokenCache(clock=clock, max_ttl=600)
+    minted: list[str] = []
+
+    async def mint() -> CachedToken:
+        minted.append(f"t{len(minted)}")
+        return CachedToken(minted[-1], clock.now + 7200)
+
+    assert (await cache.get_or_mint("k", mint)).value == "t0"
+    clock.now += 599
+    assert (await cache.get_or_mint("k", mint)).value == "t0"
+    clock.now += 2
+    assert (await cache.get_or_mint("k", mint)).value == "t1"
+
+
 async def test_token_cache_mints_once_for_concurrent_misses() -> None:
     cache = TokenCache()
     calls = 0
