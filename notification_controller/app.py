@@ -288,11 +288,13 @@ class App:
 
 def run(settings: Settings) -> int:
     """Run until SIGTERM/SIGINT. Exit code 0 after a graceful shutdown, 1 if a port cannot be bound."""
-    logsetup.configure(settings.log.level, settings.log.encoding, Redactor())
+    # C extensions write to fd 2 directly: capture it so every line is a log record (one JSON object per line).
+    stream = logsetup.StderrCapture().start() if settings.log.encoding == "json" else None
+    logsetup.configure(settings.log.level, settings.log.encoding, Redactor(), stream)
 
     async def main() -> int:
         app = App(settings)
-        logsetup.configure(settings.log.level, settings.log.encoding, app.redactor)
+        logsetup.configure(settings.log.level, settings.log.encoding, app.redactor, stream)
         for notice in compat_notices(settings):
             log.info("%s", notice)
         await app.serve_forever()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import signal
@@ -132,3 +133,71 @@ async def test_a_missing_manifests_path_is_fatal_and_closes_cleanly(tmp_path: Pa
     assert "cannot start: --manifests" in text and "no such file or directory" in text
     assert "Traceback" not in text
     assert "Unclosed" not in text  # what did start (the outbound session, listeners) was closed
+
+
+BAD_REGEX_ALERT = """\
+apiVersion: notification.toolkit.fluxcd.io/v1beta3
+kind: Provider
+metadata: {name: sink, namespace: default}
+spec: {type: generic, address: "http://127.0.0.1:9/"}
+---
+apiVersion: notification.toolkit.fluxcd.io/v1beta3
+kind: Alert
+metadata: {name: bad-regex, namespace: default}
+spec:
+  providerRef: {name: sink}
+  eventSources: [{kind: Kustomization, name: '*'}]
+  inclusionList: ["("]
+"""
+
+
+async def test_json_logs_hold_on_every_path_including_c_extensions(tmp_path: Path) -> None:
+    """RE2 reports a bad pattern on fd 2 from C++ ("re2.cc:242] Error parsing ..."): with --log-encoding=json
+    every line the process writes is still one JSON object, and Flux's levels hold (no "warning")."""
+    (tmp_path / "alert.yaml").write_text(BAD_REGEX_ALERT)
+    ports = {k: free_port() for k in ("events", "receiver", "metrics", "health")}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "notification_controller",
+        "--manifests",
+        str(tmp_path),
+        f"--events-addr=127.0.0.1:{ports['events']}",
+        f"--receiverAddr=127.0.0.1:{ports['receiver']}",
+        f"--metrics-addr=127.0.0.1:{ports['metrics']}",
+        f"--health-addr=127.0.0.1:{ports['health']}",
+        "--log-encoding=json",
+        "--watch-configs-label-selector=team=a",  # a compatibility-only flag: one info line says so
+        cwd=ROOT,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        await wait_ready(f"http://127.0.0.1:{ports['health']}/readyz")
+        event = {
+            "involvedObject": {"kind": "Kustomization", "name": "app", "namespace": "default"},
+            "severity": "info",
+            "timestamp": "2026-01-01T00:00:00Z",
+            "message": "hello",
+            "reason": "Info",
+            "reportingController": "kustomize-controller",
+        }
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(f"http://127.0.0.1:{ports['events']}/", json=event) as resp,
+        ):
+            assert resp.status == 202
+        await asyncio.sleep(1.0)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = await asyncio.wait_for(proc.communicate(), timeout=30)
+    lines = [line for line in stderr.decode().splitlines() if line.strip()]
+    records = []
+    for line in lines:
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            raise AssertionError(f"a stderr line is not JSON: {line!r}") from None
+    assert {r["level"] for r in records} <= {"error", "info", "debug", "trace"}
+    assert any(r["logger"] == "stderr" and "Error parsing" in r["msg"] for r in records), records
+    assert any("--watch-configs-label-selector is accepted for compatibility" in r["msg"] for r in records)
+    assert proc.returncode == 0

@@ -1,0 +1,63 @@
+"""Logs as Flux's controllers write them: Flux's levels, structured keys, one JSON object per line."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+from notification_controller import logsetup
+from notification_controller.core.redact import Redactor
+
+
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+def records(stream: io.StringIO) -> list[dict[str, object]]:
+    return [json.loads(line) for line in stream.getvalue().splitlines()]
+
+
+def test_warnings_are_errors_and_survive_log_level_error(restore_logging: None) -> None:
+    """Flux has no warning level: --log-level=error must not hide a failed delivery logged as a warning."""
+    stream = io.StringIO()
+    logsetup.configure("error", "json", Redactor(), stream)
+    log = logging.getLogger("notification_controller.test")
+    log.info("hidden at error")
+    log.warning("delivery failed")
+    log.error("reconcile failed")
+    assert [(r["level"], r["msg"]) for r in records(stream)] == [
+        ("error", "delivery failed"),
+        ("error", "reconcile failed"),
+    ]
+
+
+def test_structured_keys_as_flux(restore_logging: None) -> None:
+    stream = io.StringIO()
+    logsetup.configure("info", "json", Redactor(), stream)
+    logging.getLogger("x").error(
+        "Reconciler error",
+        extra=logsetup.fields(
+            name="on-call", namespace="apps", error="boom", empty="", **{"reconciler kind": "Alert"}
+        ),
+    )
+    [record] = records(stream)
+    assert record["name"] == "on-call" and record["namespace"] == "apps"
+    assert record["reconciler kind"] == "Alert" and record["error"] == "boom"
+    assert "empty" not in record
+    assert record["logger"] == "x"  # a field never overwrites the record's own keys
+
+
+def test_console_encoding_uses_the_same_levels(restore_logging: None) -> None:
+    stream = io.StringIO()
+    logsetup.configure("info", "console", Redactor(), stream)
+    logging.getLogger("x").warning("provider down")
+    assert " ERROR " in stream.getvalue() and "WARNING" not in stream.getvalue()
