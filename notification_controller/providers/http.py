@@ -28,7 +28,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, sto
 from ..core.redact import mask_token, redact_url, redact_urls_in
 from ..errors import DeliveryError, PermanentDeliveryError, RetryableDeliveryError
 from .base import OutboundRequest, OutboundResponse
-from .retry import backoff, classify_exception, classify_status
+from .retry import backoff, classify_exception, classify_status, describe_exception
 
 log = logging.getLogger(__name__)
 
@@ -237,7 +237,8 @@ class OutboundHTTP:
             ) from None
         except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
             verdict = classify_exception(exc)
-            message = _mask(f"{request.method} {redact_url(request.url)}: {type(exc).__name__}: {exc}", masks)
+            # Go's shape (`Post "https://host/***": connection refused`): the quotes end the URL for the masking.
+            message = _mask(f'{request.method} "{redact_url(request.url)}": {describe_exception(exc)}', masks)
             if verdict.retry:
                 raise RetryableDeliveryError(message, reason=verdict.reason) from None
             raise PermanentDeliveryError(message, reason=verdict.reason) from None

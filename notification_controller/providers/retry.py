@@ -8,6 +8,7 @@ labels the failure metric, so it is short and of low cardinality.
 from __future__ import annotations
 
 import asyncio
+import errno
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -80,6 +81,53 @@ def classify_exception(exc: BaseException) -> Verdict:
     if isinstance(exc, ConnectionError | OSError):
         return Verdict(True, "connection")
     return Verdict(True, "transport")
+
+
+_ERRNO_TEXT = {
+    errno.ECONNREFUSED: "connection refused",
+    errno.ECONNRESET: "connection reset by peer",
+    errno.EHOSTUNREACH: "host unreachable",
+    errno.ENETUNREACH: "network unreachable",
+    errno.ETIMEDOUT: "connection timed out",
+    errno.EPIPE: "connection closed while sending",
+}
+
+
+def describe_exception(exc: BaseException) -> str:
+    """A transport failure in the user's words, for Events, status and logs: "connection refused", not
+    ``ClientConnectorError: Cannot connect to host x:443 ssl:default [Connect call failed ...]``.
+
+    Never includes the URL (the caller prints the redacted one) nor a Python class name.
+    """
+    verdict = classify_exception(exc)
+    if verdict.reason == "tls_verification":
+        detail = getattr(exc, "certificate_error", None) or exc.__cause__ or exc
+        reason = getattr(detail, "verify_message", None) or getattr(detail, "reason", None)
+        return f"TLS certificate verification failed{f': {reason}' if reason else ''}"
+    if verdict.reason == "timeout":
+        return "timed out"
+    if verdict.reason == "dns":
+        return "host not found (DNS lookup failed)"
+    if verdict.reason == "invalid_url":
+        return "invalid URL"
+    name = type(exc).__name__
+    if name == "ServerDisconnectedError":
+        return "server closed the connection"
+    if name == "ClientProxyConnectionError":
+        return "cannot connect to the proxy"
+    os_error = getattr(exc, "os_error", None) or (exc if isinstance(exc, OSError) else None)
+    if isinstance(os_error, OSError):
+        if os_error.errno in _ERRNO_TEXT:
+            return _ERRNO_TEXT[os_error.errno]
+        if isinstance(os_error, ssl.SSLError):
+            return f"TLS error: {os_error.reason or 'handshake failed'}"
+        if os_error.strerror:
+            return os_error.strerror.lower()
+    if name in ("ClientPayloadError", "ContentLengthError", "TransferEncodingError"):
+        return "the response was cut short"
+    if isinstance(exc, ValueError):
+        return "invalid request or response"
+    return "transport error"
 
 
 def backoff(attempt: int, wait_min: float, wait_max: float) -> float:

@@ -326,8 +326,7 @@ async def test_transport_errors_never_carry_the_url_path(http: OutboundHTTP) -> 
     with pytest.raises(DeliveryError) as caught:
         await http.send(OutboundRequest("POST", url, {"Authorization": f"Bearer {CANARY}"}), timeout=5)
     text = str(caught.value)
-    assert "ClientConnectorError" in text
-    assert f"http://127.0.0.1:{port}/***" in text
+    assert text == f'POST "http://127.0.0.1:{port}/***": connection refused'  # user words, no class name
     assert PATH_CANARY not in text and CANARY not in text
     assert caught.value.reason == "connection"
     assert (

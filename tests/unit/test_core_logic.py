@@ -345,3 +345,28 @@ def test_fast_go_json_equals_the_reference_encoder(value: object) -> None:
     from notification_controller.core.gojson import _dumps_stdlib, _sort_maps
 
     assert dumps(value) == _dumps_stdlib(_sort_maps(value))
+
+
+def test_transport_errors_in_user_words() -> None:
+    """Issue 16: Events say "connection refused", not "ClientConnectorError ... ssl:default"."""
+    import errno
+    import ssl
+
+    import aiohttp
+    from aiohttp.client_reqrep import ConnectionKey
+
+    from notification_controller.providers.retry import describe_exception
+
+    key = ConnectionKey("h.example", 443, True, True, None, None, None)
+    refused = aiohttp.ClientConnectorError(key, ConnectionRefusedError(errno.ECONNREFUSED, "refused"))
+    assert describe_exception(refused) == "connection refused"
+    reset = aiohttp.ClientOSError(errno.ECONNRESET, "Connection reset by peer")
+    assert describe_exception(reset) == "connection reset by peer"
+    assert describe_exception(TimeoutError()) == "timed out"
+    assert describe_exception(aiohttp.ServerDisconnectedError()) == "server closed the connection"
+    cert = ssl.SSLCertVerificationError(1, "certificate verify failed")
+    cert.verify_message = "self-signed certificate"
+    assert describe_exception(cert) == "TLS certificate verification failed: self-signed certificate"
+    for exc in (refused, reset, cert):
+        assert type(exc).__name__ not in describe_exception(exc)
+        assert "ssl:default" not in describe_exception(exc)
