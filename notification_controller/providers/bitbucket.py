@@ -1,16 +1,18 @@
 """``bitbucket``: build statuses on Bitbucket Cloud (reference §4.2).
 
-The repository is ``owner/repo`` from the address (its host is ignored: the API is Bitbucket Cloud's,
-``https://api.bitbucket.org/2.0``). The status key is the hex SHA-1 of the commit status id (Bitbucket
-limits keys to 40 characters). One delivery = ``GET /repositories/{o}/{r}/commit/{sha}/statuses/build/{key}``
-(404 = none yet); skip when it has the same state and description; else ``POST /repositories/{o}/{r}/
-commit/{sha}/statuses/build`` with ``{"key","url":"https://bitbucket.org","state","name","description"}``.
-``info`` → ``SUCCESSFUL``, ``error`` → ``FAILED``; ``Progressing`` skipped. Auth: the Secret's ``token``
-must be ``<user>:<app password>`` (HTTP basic). TLS settings apply; the proxy does not (as in Flux).
+The repository is ``owner/repo`` from the address (its host is ignored: the API is Bitbucket Cloud's).
+The status key is the hex SHA-1 of the commit status id (Bitbucket limits keys to 40 characters). One
+delivery = ``GET <api>/repositories/{o}/{r}/commit/{sha}/statuses/build/{key}`` (404 = none yet); skip
+when it has the same state and description; else ``POST <api>/repositories/{o}/{r}/commit/{sha}/statuses/
+build`` with ``{"key","url":"https://bitbucket.org","state","name","description"}``. ``info`` →
+``SUCCESSFUL``, ``error`` → ``FAILED``; ``Progressing`` skipped. Auth: the Secret's ``token`` must be
+``<user>:<app password>`` (HTTP basic). TLS settings apply; the proxy does not (as in Flux).
 
-Testing: the API base URL can be replaced with the environment variable ``NC_BITBUCKET_API_URL`` (read when
-the notifier is built). It exists for tests and API-compatible mirrors only; Provider and Secret keys stay
-exactly Flux's, so manifests remain portable.
+API base ``<api>``: as Flux's Bitbucket client (``ktrysmt/go-bitbucket``) does, the controller's
+environment variable ``BITBUCKET_API_BASE_URL`` when set and non-empty, else ``https://api.bitbucket.org/2.0``
+(e.g. an Isolated Cloud instance, an API-compatible mirror, tests). It is read when the notifier is built,
+and only its scheme, host and path are used (userinfo and query dropped, as the client does); a trailing
+slash is tolerated. Provider and Secret keys stay exactly Flux's, so manifests remain portable.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import hashlib
 import os
 from dataclasses import dataclass
 from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
 from ..api.event import Event
 from ..api.provider import ProviderType
@@ -44,7 +47,21 @@ from .gitcommon import (
 from .registry import register
 from .validation import require_url
 
-API_URL_ENV = "NC_BITBUCKET_API_URL"
+API_URL_ENV = "BITBUCKET_API_BASE_URL"
+DEFAULT_API_BASE = "https://api.bitbucket.org/2.0"
+
+
+def bitbucket_api_base() -> str:
+    """go-bitbucket's ``apiBaseUrlEnv`` + ``GetApiBaseURL``: ``scheme://host`` + path of the env value."""
+    raw = os.environ.get(API_URL_ENV, "").strip() or DEFAULT_API_BASE
+    try:
+        parts = urlsplit(require_url(raw, what=API_URL_ENV))
+    except ProviderConfigError as exc:
+        raise ProviderConfigError(
+            f"failed to create bitbucket client: unable to parse Bitbucket base Url from environment: {exc}"
+        ) from None
+    host = parts.netloc.rpartition("@")[2]
+    return f"{parts.scheme}://{host}{parts.path}".rstrip("/")
 
 
 def sha1_hex(text: str) -> str:
@@ -78,7 +95,6 @@ class BitbucketNotifier:
     type: ClassVar[ProviderType] = ProviderType.BITBUCKET
     uses_proxy: ClassVar[bool] = False
     uses_tls: ClassVar[bool] = True
-    API_BASE: ClassVar[str] = "https://api.bitbucket.org/2.0"
 
     def __init__(self, opts: ProviderOptions) -> None:
         self.opts = opts
@@ -94,8 +110,7 @@ class BitbucketNotifier:
         if repo is None:
             raise ProviderConfigError(f"invalid repository id {go_quote(parsed.id)}")
         self.owner, self.repo = repo
-        override = os.environ.get(API_URL_ENV, "").strip()
-        self.api_base = require_url(override, what=API_URL_ENV).rstrip("/") if override else self.API_BASE
+        self.api_base = bitbucket_api_base()
 
     def _url(self, sha: str, *parts: str) -> str:
         base = f"{self.api_base}/repositories/{path_segment(self.owner)}/{path_segment(self.repo)}"
@@ -135,6 +150,7 @@ class BitbucketNotifier:
         if status is None:
             return
         call = Caller(ctx, self.opts)
+        call.add_mask(self.password)  # the Secret's token is "<user>:<password>": mask the password alone too
         try:
             existing = await call.send_json(self.get_request(status), what="could not get commit status")
         except DeliveryError as exc:

@@ -6,9 +6,9 @@ seed), else ``nkey`` (an nkey seed, ``SU...``), else ``username`` + ``password``
 publishes, flushes and closes, inside ``spec.timeout``; NATS is not HTTP, so the proxy, TLS and retry
 settings of ``OutboundHTTP`` do not apply (Flux's SDK does not retry either).
 
-``nats-py`` is an optional dependency (``pip install 'notification-controller[nats]'``, which also brings
-``nkeys`` for creds and nkey authentication); without it a ``nats`` Provider fails with a clear
-configuration error instead of breaking the controller.
+``nats-py`` (with ``nkeys`` for creds and nkey authentication) is a core dependency, as NATS is built into
+Flux; it is still imported lazily, on the first ``nats`` Provider, so the controller does not pay for it
+otherwise, and a broken install fails that Provider with a clear configuration error, not the controller.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from .registry import register
 log = logging.getLogger(__name__)
 
 CLIENT_NAME = "NATS Provider Publisher"
-INSTALL_HINT = "install the 'nats' extra: pip install 'notification-controller[nats]'"
+INSTALL_HINT = "it is a dependency of notification-controller: reinstall the package"
 
 
 def _import(module: str, what: str) -> Any:

@@ -6,7 +6,8 @@ other severities, de-duplicated on the involved object's UID. Info events are ad
 change event to ``/v2/change/enqueue``. The routing key is ``spec.channel``. Events with reason
 ``Progressing`` are skipped: PagerDuty wants outcomes, not progress.
 
-The JSON shapes follow ``github.com/PagerDuty/go-pagerduty`` v1.8 field order and ``omitempty`` rules.
+The JSON shapes follow ``github.com/PagerDuty/go-pagerduty`` v1.8 field order and ``omitempty`` rules;
+``custom_details`` is ``{"message": ..., "metadata": {...}}``, the metadata an object even when empty.
 """
 
 from __future__ import annotations
@@ -43,7 +44,9 @@ def _timestamp(moment: datetime | None) -> str:
 
 
 def _details(event: Event) -> dict[str, object]:
-    return {"message": event.message, "metadata": dict(event.metadata) if event.metadata else None}
+    # Flux's event server always replaces the event's metadata with a (possibly empty) map before any
+    # notifier runs, so ``metadata`` is ``{}`` for an event without metadata, never ``null``.
+    return {"message": event.message, "metadata": dict(event.metadata)}
 
 
 def v2_event(event: Event, routing_key: str) -> GoStruct:

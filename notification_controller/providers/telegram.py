@@ -5,15 +5,17 @@
 ``<chat id>`` or ``<chat id>:<thread id>`` (forum topics). Every MarkdownV2 special character of the
 heading, the message and the metadata is backslash-escaped, as Flux does.
 
-Deviation (for tests and self-hosted Bot API servers): Flux ignores the address for Telegram. Here,
-when an address is set (``spec.address`` or the Secret's ``address``) it replaces
-``https://api.telegram.org`` as the API base; without an address the real host is used. The token is
-part of the URL path, so it is masked in every error text (URLs are logged as scheme and host only).
-Proxy is honoured; TLS settings are ignored, as in Flux.
+As in Flux, ``spec.address`` (and the Secret's ``address``) is ignored: the bot token travels in the URL
+path, so it must never follow a stale or foreign address to another host. The API base can be replaced
+only by the controller's environment variable ``TELEGRAM_API_BASE_URL`` (read when the notifier is built;
+empty or unset = ``https://api.telegram.org``), for a self-hosted Bot API server, a proxy that fronts it,
+and tests: an operator's choice, not a tenant's. The token is masked in every error text (URLs are logged
+as scheme and host only). Proxy is honoured; TLS settings are ignored, as in Flux.
 """
 
 from __future__ import annotations
 
+import os
 from typing import ClassVar
 from urllib.parse import quote
 
@@ -26,6 +28,7 @@ from .registry import register
 from .validation import require_url
 
 TELEGRAM_API = "https://api.telegram.org"
+API_URL_ENV = "TELEGRAM_API_BASE_URL"
 MARKDOWN_V2_SPECIAL = frozenset("\\.-_[]()~>`#+=|{}!*")
 
 
@@ -45,6 +48,14 @@ def telegram_text(event: Event) -> str:
     return f"*{escape_markdown_v2(heading)}*\n{escape_markdown_v2(event.message)}\n{lines}"
 
 
+def telegram_api_base() -> str:
+    """``TELEGRAM_API_BASE_URL`` from the environment, else Telegram's API; never the Provider's address."""
+    override = os.environ.get(API_URL_ENV, "").strip()
+    if not override:
+        return TELEGRAM_API
+    return require_url(override, what=API_URL_ENV).rstrip("/")
+
+
 @register
 class TelegramNotifier(HTTPNotifier):
     type: ClassVar[ProviderType] = ProviderType.TELEGRAM
@@ -56,10 +67,7 @@ class TelegramNotifier(HTTPNotifier):
             raise ProviderConfigError("empty Telegram channel")
         if not opts.token_text:
             raise ProviderConfigError("empty Telegram token")
-        base = TELEGRAM_API
-        if opts.address:
-            base = require_url(opts.address, what="Telegram API base URL").rstrip("/")
-        self.url = f"{base}/bot{quote(opts.token_text, safe=':')}/sendMessage"
+        self.url = f"{telegram_api_base()}/bot{quote(opts.token_text, safe=':')}/sendMessage"
         chat_id, sep, thread = opts.channel.partition(":")
         self.chat_id = chat_id
         self.thread_id = thread if sep else ""

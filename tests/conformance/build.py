@@ -8,6 +8,9 @@ and ``{host}`` (``127.0.0.1:PORT``) for addresses that need userinfo, such as a 
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -62,10 +65,26 @@ def fill(value: Any, url: str) -> Any:
     return value
 
 
+@contextmanager
+def environment(values: dict[str, str]) -> Iterator[None]:
+    """Set ``values`` in ``os.environ`` for the block, then restore what was there."""
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, old in saved.items():
+            if old is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = old
+
+
 @dataclass
 class Built:
     provider: Provider
     secrets: dict[tuple[str, str], Secret] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)  # the case's environment, placeholders filled
 
     def get_secret(self, namespace: str, name: str) -> Secret | None:
         return self.secrets.get((namespace, name))
@@ -74,7 +93,8 @@ class Built:
         return resolve_options(self.provider, self.get_secret)
 
     def notifier(self) -> Notifier:
-        return create_notifier(self.options())
+        with environment(self.env):
+            return create_notifier(self.options())
 
 
 def secret(name: str, string_data: dict[str, str]) -> Secret:
@@ -111,4 +131,4 @@ def build(
     provider = Provider.model_validate(
         {"metadata": {"name": PROVIDER_NAME, "namespace": NAMESPACE, "uid": PROVIDER_UID}, "spec": spec}
     )
-    return Built(provider, secrets)
+    return Built(provider, secrets, fill(case.env, url))

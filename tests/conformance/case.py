@@ -35,3 +35,6 @@ class ProviderCase:
     prelude: dict[str, tuple[int, Any]] = field(default_factory=dict)
     # Which captured request the fault matrix targets (its status is replaced by 5xx/4xx/429...):
     final: str = "POST"
+    # The controller's environment while the notifier is built (API base overrides such as
+    # TELEGRAM_API_BASE_URL or BITBUCKET_API_BASE_URL); values may contain {url}
+    env: dict[str, str] = field(default_factory=dict)

@@ -514,8 +514,10 @@ CASES: list[ProviderCase] = [
     ),
     ProviderCase(
         type="telegram",
-        spec={"address": "{url}", "channel": "-100123:42"},
+        # Flux ignores the address: a stale one (nothing listens on port 9) must not receive the token.
+        spec={"address": "http://127.0.0.1:9/stale", "channel": "-100123:42"},
         secret={"token": "123456:TELEGRAMCANARY"},
+        env={"TELEGRAM_API_BASE_URL": "{url}"},
         expect=expect_telegram,
         canaries=["123456:TELEGRAMCANARY"],
     ),

@@ -4,8 +4,10 @@ Commit-status and comment providers make several requests per delivery: the list
 by ``prelude`` routes and the fault matrix targets the final create call. Every ``expect`` checks the
 requests against the reference for the kit's sample event; expected bodies are written out by hand.
 
+``bitbucket`` talks to Bitbucket Cloud's API whatever the address; the case points it at the capture server
+with ``BITBUCKET_API_BASE_URL``, the environment variable Flux's Bitbucket client honours.
+
 Not run over HTTP by the kit (``http=False``), each covered by ``tests/integration/test_git_providers.py``:
-``bitbucket`` (Bitbucket Cloud's API host is fixed; tests redirect it with ``NC_BITBUCKET_API_URL``),
 ``nats`` (not HTTP; a real nats-server), ``googlepubsub`` (its API and token endpoints are redirected with
 ``NC_GOOGLE_PUBSUB_API_URL`` and the key's ``token_uri``) and ``otel`` (it needs the matching Alert in the
 delivery context, which the kit does not pass).
@@ -110,6 +112,26 @@ def expect_gitea(requests: list[CapturedRequest]) -> None:
     assert create.path == f"/api/v1/repos/fluxcd/webapp/statuses/{SHA}"
     body = {"state": "success", "target_url": "", "description": DESCRIPTION, "context": STATUS_ID}
     assert create.body == compact(body)
+
+
+def expect_bitbucket(requests: list[CapturedRequest]) -> None:
+    key = hashlib.sha1(STATUS_ID.encode(), usedforsecurity=False).hexdigest()
+    path = f"/2.0/repositories/fluxcd/webapp/commit/{SHA}/statuses/build"
+    basic = "Basic " + base64.b64encode(b"flux-bot:bitbucket-canary-app-password").decode()
+    listing = only(requests, "GET")
+    assert listing.path == f"{path}/{key}"
+    create = only(requests, "POST")
+    assert create.path == path
+    for req in (listing, create):
+        assert req.headers["Authorization"] == basic
+    body = {
+        "key": key,
+        "url": "https://bitbucket.org",
+        "state": "SUCCESSFUL",
+        "name": "gitrepository/webapp",
+        "description": DESCRIPTION,
+    }
+    assert create.json() == body, create.body
 
 
 def expect_bitbucketserver(requests: list[CapturedRequest]) -> None:
@@ -290,7 +312,10 @@ CASES: list[ProviderCase] = [
         type="bitbucket",
         spec={"address": "https://bitbucket.org/fluxcd/webapp"},
         secret={"token": "flux-bot:bitbucket-canary-app-password"},
-        http=False,
+        env={"BITBUCKET_API_BASE_URL": "{url}/2.0"},
+        prelude={"GET /2.0/repositories/fluxcd/webapp/commit/.*/statuses/build/": (404, {"type": "error"})},
+        final="POST /2.0/repositories/fluxcd/webapp/commit/.*/statuses/build$",
+        expect=expect_bitbucket,
         canaries=["bitbucket-canary-app-password"],
     ),
     ProviderCase(

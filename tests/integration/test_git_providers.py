@@ -22,6 +22,7 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from notification_controller.api.alert import Alert
 from notification_controller.api.event import Event
@@ -182,7 +183,7 @@ EMPTY_LISTING: dict[ProviderType, tuple[int, Any]] = {
 @pytest.fixture
 def bitbucket_api(monkeypatch: pytest.MonkeyPatch) -> Any:
     def point(url: str) -> None:
-        monkeypatch.setenv("NC_BITBUCKET_API_URL", f"{url}/2.0")
+        monkeypatch.setenv("BITBUCKET_API_BASE_URL", f"{url}/2.0")
 
     return point
 
@@ -648,7 +649,7 @@ def otel_alert() -> Alert:
 
 
 async def test_otel_exports_one_span_per_event(http: OutboundHTTP) -> None:
-    """Reference §4.4: OTLP/HTTP JSON with the Alert's resource, the trace id from alert UID + revision."""
+    """Reference §4.4: OTLP/HTTP protobuf with the Alert's resource, the trace id from alert UID + revision."""
     async with CaptureServer() as srv:
         notifier = create_notifier(
             opts(
@@ -661,14 +662,14 @@ async def test_otel_exports_one_span_per_event(http: OutboundHTTP) -> None:
         await deliver(notifier, make_event(), http, alert=otel_alert())
         req = srv.requests[0]
         assert (req.method, req.path) == ("POST", "/v1/traces")
-        assert req.headers["Content-Type"] == "application/json"
+        assert req.headers["Content-Type"] == "application/x-protobuf"
         assert req.headers["Authorization"] == "Bearer otel-tok"
         assert req.headers["X-Tenant"] == "t1"
-        span = req.json()["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
-        expected = hashlib.sha256(f"alert-uid-9:main@sha1:{SHA}".encode()).digest()[:16].hex()
-        assert span["traceId"] == expected
-        assert len(span["spanId"]) == 16
-        assert span["name"] == "Kustomization: flux-system/podinfo"
+        span = ExportTraceServiceRequest.FromString(req.body).resource_spans[0].scope_spans[0].spans[0]
+        expected = hashlib.sha256(f"alert-uid-9:main@sha1:{SHA}".encode()).digest()[:16]
+        assert span.trace_id == expected
+        assert len(span.span_id) == 8
+        assert span.name == "Kustomization: flux-system/podinfo"
         # HelmRepository events are not traced; a missing Alert is an error.
         helm = make_event(
             involvedObject={"kind": "HelmRepository", "name": "charts", "namespace": "flux-system"}

@@ -803,13 +803,13 @@ def test_bitbucket_requests() -> None:
 
 
 def test_bitbucket_api_url_override(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("NC_BITBUCKET_API_URL", "http://127.0.0.1:1234/2.0/")
+    monkeypatch.setenv("BITBUCKET_API_BASE_URL", "http://127.0.0.1:1234/2.0/")
     notifier = BitbucketNotifier(
         opts(ProviderType.BITBUCKET, address="https://bitbucket.org/t/r", token="u:p")
     )
     assert notifier.api_base == "http://127.0.0.1:1234/2.0"
-    monkeypatch.setenv("NC_BITBUCKET_API_URL", "file:///etc/passwd")
-    assert "NC_BITBUCKET_API_URL" in config_error(
+    monkeypatch.setenv("BITBUCKET_API_BASE_URL", "file:///etc/passwd")
+    assert "BITBUCKET_API_BASE_URL" in config_error(
         ProviderType.BITBUCKET, address="https://bitbucket.org/t/r", token="u:p"
     )
 
@@ -1102,25 +1102,28 @@ def test_otel_payload() -> None:
     event = make_event(
         severity="error", message="health check failed", metadata={"revision": "r1", "zone": "eu"}
     )
-    trace = build_trace(event, alert(), span_id="0102030405060708", end_ns=1_767_323_046_000_000_000)
-    resource_spans = trace["resourceSpans"][0]
-    assert resource_spans["resource"]["attributes"] == [
-        {"key": "service.name", "value": {"stringValue": "apps/webapp"}},
-        {"key": "service.namespace", "value": {"stringValue": "apps"}},
-        {"key": "service.instance.id", "value": {"stringValue": "alert-uid-1"}},
+    trace = build_trace(
+        event, alert(), span_id=bytes.fromhex("0102030405060708"), end_ns=1_767_323_046 * 10**9
+    )
+    [resource_spans] = trace.resource_spans
+    assert [(a.key, a.value.string_value) for a in resource_spans.resource.attributes] == [
+        ("service.instance.id", "alert-uid-1"),
+        ("service.name", "apps/webapp"),
+        ("service.namespace", "apps"),
     ]
-    scope_spans = resource_spans["scopeSpans"][0]
-    assert scope_spans["scope"] == {"name": "flux:notification-controller"}
-    span = scope_spans["spans"][0]
-    assert span["traceId"] == hashlib.sha256(b"alert-uid-1:r1").digest()[:16].hex()
-    assert span["spanId"] == "0102030405060708"
-    assert span["name"] == "Kustomization: flux-system/podinfo"
-    assert span["startTimeUnixNano"] == str(1_767_323_045 * 10**9)
-    assert span["status"] == {"code": 2, "message": "health check failed"}
-    keys = [a["key"] for a in span["attributes"]]
+    [scope_spans] = resource_spans.scope_spans
+    assert scope_spans.scope.name == "flux:notification-controller"
+    [span] = scope_spans.spans
+    assert span.trace_id == hashlib.sha256(b"alert-uid-1:r1").digest()[:16]
+    assert span.span_id.hex() == "0102030405060708"
+    assert span.name == "Kustomization: flux-system/podinfo"
+    assert span.start_time_unix_nano == 1_767_323_045 * 10**9
+    assert (span.status.code, span.status.message) == (2, "health check failed")
+    keys = [a.key for a in span.attributes]
     assert keys == ["object.uid", "object.kind", "object.name", "object.namespace", "revision", "zone"]
-    ok = build_trace(make_event(), alert(), span_id="01" * 8, end_ns=0)
-    assert ok["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["status"] == {"code": 1}
+    ok = build_trace(make_event(), alert(), span_id=b"\x01" * 8, end_ns=0)
+    status = ok.resource_spans[0].scope_spans[0].spans[0].status
+    assert (status.code, status.message) == (1, "")
 
 
 def test_otel_auth_headers_follow_flux_quirks() -> None:

@@ -389,15 +389,37 @@ def test_telegram_request() -> None:
     )
 
 
-def test_telegram_thread_and_address_override() -> None:
+def test_telegram_ignores_the_address_like_flux(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The token is in the URL: a (stale) address must never become the API host (issue 16)."""
+    monkeypatch.delenv("TELEGRAM_API_BASE_URL", raising=False)
     n = TelegramNotifier(
-        opts(ProviderType.TELEGRAM, channel="-100:7:x", token="1:T", address="http://bot-api:8081/")
+        opts(ProviderType.TELEGRAM, channel="@flux", token="1:T", address="https://old-bot-proxy.example.com")
+    )
+    assert n.build_request(event()).url == "https://api.telegram.org/bot1:T/sendMessage"
+    monkeypatch.setenv("TELEGRAM_API_BASE_URL", "")
+    assert TelegramNotifier(opts(ProviderType.TELEGRAM, channel="@flux", token="1:T")).url == (
+        "https://api.telegram.org/bot1:T/sendMessage"
+    )
+
+
+def test_telegram_api_base_override_is_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TELEGRAM_API_BASE_URL", "http://bot-api:8081/")
+    n = TelegramNotifier(
+        opts(ProviderType.TELEGRAM, channel="-100:7:x", token="1:T", address="https://elsewhere.example.com")
     )
     req = n.build_request(event(severity="info"))
     assert req.url == "http://bot-api:8081/bot1:T/sendMessage"
     body = json.loads(req.body)
     assert (body["chat_id"], body["message_thread_id"]) == ("-100", "7:x")
     assert body["text"].startswith("*💫 ")
+
+
+def test_telegram_bad_api_base_override_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TELEGRAM_API_BASE_URL", "file:///run/secrets/x")
+    with pytest.raises(ProviderConfigError) as info:
+        TelegramNotifier(opts(ProviderType.TELEGRAM, channel="@flux", token="1:T"))
+    assert "TELEGRAM_API_BASE_URL" in str(info.value)
+    assert "/run/secrets" not in str(info.value)
 
 
 def test_lark_card() -> None:
@@ -581,13 +603,33 @@ def test_pagerduty_info_resolves_and_sends_change_event_trace_only_resolves() ->
                 "summary": "reconciliation succeeded: kustomization/apps",
                 "source": "Flux kustomize-controller",
                 "timestamp": "2026-01-02T03:04:05Z",
-                "custom_details": {"message": "Health check failed after 30s", "metadata": None},
+                "custom_details": {"message": "Health check failed after 30s", "metadata": {}},
             },
         }
     )
     assert len(n.build_requests(event(severity="trace"))) == 1
     assert not n.should_send(event(reason="Progressing"))
     assert n.should_send(event(reason="progressing"))
+
+
+@pytest.mark.parametrize("raw_metadata", ["absent", None, {}])
+def test_pagerduty_metadata_is_an_empty_object_not_null(raw_metadata: Any) -> None:
+    """Flux's event server always gives the event a metadata map: ``custom_details.metadata`` is ``{}``."""
+    raw: dict[str, Any] = {
+        "involvedObject": {"kind": "Kustomization", "namespace": "flux-system", "name": "apps", "uid": "u"},
+        "severity": "error",
+        "message": "boom",
+        "reason": "HealthCheckFailed",
+        "reportingController": "kustomize-controller",
+    }
+    if raw_metadata != "absent":
+        raw["metadata"] = raw_metadata
+    n = PagerDutyNotifier(opts(ProviderType.PAGERDUTY, address="https://events.pagerduty.com", channel="rk"))
+    [trigger] = n.build_requests(Event.from_raw(raw))
+    assert b'"custom_details":{"message":"boom","metadata":{}}' in trigger.body
+    raw["severity"] = "info"
+    _, change = n.build_requests(Event.from_raw(raw))
+    assert b'"custom_details":{"message":"boom","metadata":{}}' in change.body
 
 
 @pytest.mark.parametrize(
