@@ -138,9 +138,9 @@ def span_attributes(event: Event) -> tuple[list[KeyValue], int]:
     ]
     kept: dict[str, str] = {}  # a dict keeps the first position and takes the last value
     dropped = 0
-    for key, value in pairs:
-        if key and (key in kept or len(kept) < SPAN_ATTRIBUTE_COUNT_LIMIT):
-            kept[key] = value
+    for name, value in pairs:  # attribute names, not credentials
+        if name and (name in kept or len(kept) < SPAN_ATTRIBUTE_COUNT_LIMIT):
+            kept[name] = value
         else:
             dropped += 1
     return [_kv(k, v) for k, v in kept.items()], dropped
