@@ -18,6 +18,9 @@ What it adds over ``kubernetes_asyncio``:
 
 Requests and responses are raw JSON (``dict``), not the generated models: the informers parse into our
 pydantic models, and deserialising through the OpenAPI models would cost time for nothing.
+
+``on_request(code, method, host)``, when given, is called once per HTTP attempt (retries and watches
+included), as client-go feeds ``rest_client_requests_total``: ``code`` is the status or ``<error>``.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import quote
+from urllib.parse import urlsplit
 
 import aiohttp
 import orjson
@@ -41,6 +44,7 @@ from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client.exceptions import ApiException, OpenApiException
 from kubernetes_asyncio.config.config_exception import ConfigException
 
+from ..core.apiref import build_api_path
 from ..errors import KubeError
 
 log = logging.getLogger(__name__)
@@ -278,14 +282,13 @@ def resolve_config_source(
 def api_path(
     group: str, version: str, plural: str, namespace: str | None = None, name: str | None = None
 ) -> str:
-    """``/api/v1/...`` for the core group, ``/apis/<group>/<version>/...`` otherwise (segments escaped)."""
-    base = f"/api/{version}" if not group else f"/apis/{group}/{version}"
-    if namespace:
-        base += f"/namespaces/{quote(namespace, safe='')}"
-    base += f"/{plural}"
-    if name:
-        base += f"/{quote(name, safe='')}"
-    return base
+    """``/api/v1/...`` for the core group, ``/apis/<group>/<version>/...`` otherwise.
+
+    Every part is validated against Kubernetes' grammar and percent-encoded (``core.apiref``): a part
+    that could change the path's structure (``/``, ``..``, ``?``, ``#``, ``%``) raises ``InvalidReference``
+    (a ``KubeError``) and no request is made.
+    """
+    return build_api_path(group, version, plural, namespace, name)
 
 
 # ---- the client -----------------------------------------------------------------------------------
@@ -304,9 +307,11 @@ class KubeClient:
         qps: float = DEFAULT_QPS,
         burst: int = DEFAULT_BURST,
         timeout: float = DEFAULT_TIMEOUT,
+        on_request: Callable[[str, str, str], None] | None = None,
     ) -> None:
         self.source = source
         self.timeout = timeout
+        self.on_request = on_request  # (code, method, host) per attempt: rest_client_requests_total
         self.bucket = TokenBucket(qps, burst)
         self._api = self._new_api_client(configuration)
         self._retired: list[Any] = []
@@ -324,10 +329,11 @@ class KubeClient:
         burst: int = DEFAULT_BURST,
         timeout: float = DEFAULT_TIMEOUT,
         environ: Mapping[str, str] | None = None,
+        on_request: Callable[[str, str, str], None] | None = None,
     ) -> KubeClient:
         """Resolve the configuration (see ``resolve_config_source``), load it and build a client."""
         source = resolve_config_source(kubeconfig, context=context, environ=environ)
-        return await cls.from_source(source, qps=qps, burst=burst, timeout=timeout)
+        return await cls.from_source(source, qps=qps, burst=burst, timeout=timeout, on_request=on_request)
 
     @classmethod
     async def from_source(
@@ -337,9 +343,10 @@ class KubeClient:
         qps: float = DEFAULT_QPS,
         burst: int = DEFAULT_BURST,
         timeout: float = DEFAULT_TIMEOUT,
+        on_request: Callable[[str, str, str], None] | None = None,
     ) -> KubeClient:
         configuration = await source.load()
-        return cls(source, configuration, qps=qps, burst=burst, timeout=timeout)
+        return cls(source, configuration, qps=qps, burst=burst, timeout=timeout, on_request=on_request)
 
     @staticmethod
     def _new_api_client(configuration: Any) -> Any:
@@ -411,6 +418,7 @@ class KubeClient:
         for attempt in (1, 2):
             await self.bucket.acquire()
             generation = self._credential_generation
+            code = "<error>"
             try:
                 response: aiohttp.ClientResponse = await self._api.call_api(
                     path,
@@ -422,6 +430,7 @@ class KubeClient:
                     _preload_content=False,
                     _request_timeout=timeout,
                 )
+                code = str(response.status)
             except (
                 ApiException,
                 OpenApiException,
@@ -431,6 +440,9 @@ class KubeClient:
                 ValueError,
             ) as exc:
                 raise translate_exception(method, path, exc) from exc
+            finally:
+                if self.on_request is not None:
+                    self.on_request(code, method, urlsplit(self.host).netloc or "none")
             if response.status == 401 and attempt == 1:
                 response.release()
                 log.warning("%s %s: 401 Unauthorized; reloading credentials", method, path)

@@ -8,6 +8,15 @@ Go's ``time.Now().String()`` (a JSON merge patch, so it never conflicts with a c
 
 Errors are collected per reference with Flux's texts (they may quote Kubernetes errors, so they go to the
 log, never into the HTTP answer). Every Kubernetes call is bounded by ``kube_timeout``.
+
+Tenant isolation (issue 11): a reference is validated and checked against the refusal policy
+(``core.apiref.validate_object_ref``, ``Use.TARGET``) *before* any lookup, so no filter is ever
+evaluated over an object the Receiver may not target. The namespace comes from the reference or the
+Receiver and nothing else: ``--no-cross-namespace-refs`` compares it with the Receiver's, objects a
+lookup returns from another namespace (or under another name) are never annotated, and the annotation
+goes to the validated (namespace, name), not to whatever the answer says. A refused, malformed or missing
+reference all end the same way — one error, no filter, no patch — so the answer (500) tells nothing about
+what exists.
 """
 
 from __future__ import annotations
@@ -20,6 +29,14 @@ from typing import Any
 
 from ..api import RECONCILE_REQUEST_ANNOTATION
 from ..api.receiver import Receiver, ReceiverResource
+from ..core.apiref import (
+    DEFAULT_API_VERSIONS,
+    InvalidReference,
+    ObjectReference,
+    Use,
+    label_selector,
+    validate_object_ref,
+)
 from ..core.cel import CELError, Expression, OutputType, compile_expression
 from ..core.clock import Clock, go_time_string
 from ..errors import KubeError
@@ -29,15 +46,15 @@ from .signatures import SignatureError, media_type
 
 log = logging.getLogger(__name__)
 
-DEFAULT_API_VERSIONS: Mapping[str, str] = {
-    "Bucket": "source.toolkit.fluxcd.io/v1",
-    "HelmChart": "source.toolkit.fluxcd.io/v1",
-    "HelmRepository": "source.toolkit.fluxcd.io/v1",
-    "GitRepository": "source.toolkit.fluxcd.io/v1",
-    "OCIRepository": "source.toolkit.fluxcd.io/v1",
-    "ImageRepository": "image.toolkit.fluxcd.io/v1",
-    "ArtifactGenerator": "source.extensions.fluxcd.io/v1beta1",
-}
+__all__ = [
+    "DEFAULT_API_VERSIONS",
+    "Filters",
+    "RequestBodyError",
+    "Trigger",
+    "TriggerResult",
+    "compile_filters",
+    "request_value",
+]
 
 
 class RequestBodyError(ValueError):
@@ -72,7 +89,11 @@ def compile_filters(receiver: Receiver, *, with_claims: bool) -> Filters:
 
 
 def request_value(headers: RawHeaders, body: bytes) -> dict[str, Any]:
-    """``req`` for CEL: the JSON body when any ``Content-Type`` value is ``application/json``, else ``{}``."""
+    """``req`` for CEL: the JSON body when any ``Content-Type`` value is ``application/json``, else ``{}``.
+
+    A JSON ``null`` body is ``{}``: Flux decodes into a Go ``map[string]any``, which ``null`` leaves empty
+    (filter runs, 200). Any other non-object (``[]``, ``42``) cannot decode into a map: an error, as in Flux.
+    """
     is_json = False
     for raw in headers.getall("Content-Type"):
         for part in raw.split(b","):
@@ -87,6 +108,8 @@ def request_value(headers: RawHeaders, body: bytes) -> dict[str, Any]:
         value = load_json(body)
     except ValueError as exc:
         raise RequestBodyError(f"failed to parse request body as JSON: {exc}") from None
+    if value is None:
+        return {}
     if not isinstance(value, dict):
         raise RequestBodyError("failed to parse request body as JSON: not an object")
     return value
@@ -153,10 +176,20 @@ class Trigger:
         api_version = resource.api_version or DEFAULT_API_VERSIONS.get(kind)
         if not api_version:
             raise _TargetError(f'apiVersion must be specified for kind "{kind}"')
+        wildcard = resource.name == "*"
+        if wildcard and resource.match_labels is None:
+            raise _TargetError("matchLabels field not set when using wildcard '*' as name")
+        try:
+            ref = validate_object_ref(
+                api_version, kind, namespace, None if wildcard else resource.name, use=Use.TARGET
+            )
+            if resource.match_labels:
+                label_selector(resource.match_labels)
+        except InvalidReference as exc:
+            raise _TargetError(f"invalid resource reference: {exc}") from None
 
-        if resource.name == "*":
-            if resource.match_labels is None:
-                raise _TargetError("matchLabels field not set when using wildcard '*' as name")
+        if wildcard:
+            assert resource.match_labels is not None
             items = await self._call(
                 f'failed listing resources in namespace "{namespace}" by matching labels {resource.match_labels}',
                 self.cluster.list_metadata(api_version, kind, namespace, resource.match_labels),
@@ -170,30 +203,36 @@ class Trigger:
                     namespace,
                 )
             for item in items:
-                await self._notify(receiver, api_version, kind, namespace, item, exprs, req, claims, result)
+                name = _listed_name(item, ref)
+                if name is None:  # a lookup answer from elsewhere is never annotated
+                    result.errors.append(
+                        f'unexpected object in the list of {kind} in namespace "{namespace}"'
+                    )
+                    continue
+                await self._notify(receiver, ref, name, item, exprs, req, claims, result)
             return
+        assert ref.name is not None
         obj = await self._call(
             f'unable to read {kind} "{namespace}/{resource.name}"',
-            self.cluster.get_metadata(api_version, kind, namespace, resource.name),
+            self.cluster.get_metadata(api_version, kind, namespace, ref.name),
         )
-        await self._notify(receiver, api_version, kind, namespace, obj, exprs, req, claims, result)
+        if _answer_name(obj, ref) != ref.name:
+            raise _TargetError(f'unable to read {kind} "{namespace}/{ref.name}": unexpected object in answer')
+        await self._notify(receiver, ref, ref.name, obj, exprs, req, claims, result)
 
     async def _notify(
         self,
         receiver: Receiver,
-        api_version: str,
-        kind: str,
-        namespace: str,
+        ref: ObjectReference,
+        name: str,
         obj: Mapping[str, Any],
         exprs: tuple[Expression | None, Expression | None],
         req: Mapping[str, Any] | None,
         claims: Mapping[str, Any] | None,
         result: TriggerResult,
     ) -> None:
-        metadata = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
-        assert isinstance(metadata, Mapping)
-        name = str(metadata.get("name", ""))
-        ns = str(metadata.get("namespace") or namespace)
+        """Filter and annotate one object (``name`` validated, in ``ref``'s namespace)."""
+        kind, ns = ref.kind, ref.namespace
         label = f"{kind}/{name}.{ns}"
         if any(e is not None for e in exprs):
             activation: dict[str, Any] = {"res": obj, "req": req or {}}
@@ -218,7 +257,7 @@ class Trigger:
         value = go_time_string(self.clock.now(), self.clock.monotonic())
         await self._call(
             f"failed to annotate resource: '{label}': unable to annotate {kind} \"{ns}/{name}\"",
-            self.cluster.annotate(api_version, kind, ns, name, {RECONCILE_REQUEST_ANNOTATION: value}),
+            self.cluster.annotate(ref.api_version, kind, ns, name, {RECONCILE_REQUEST_ANNOTATION: value}),
         )
         log.info(
             "receiver %s/%s: resource '%s' annotated",
@@ -227,6 +266,30 @@ class Trigger:
             label,
         )
         result.annotated.append(label)
+
+
+def _metadata(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    metadata = obj.get("metadata")
+    return metadata if isinstance(metadata, Mapping) else {}
+
+
+def _answer_name(obj: Mapping[str, Any], ref: ObjectReference) -> str | None:
+    """The name of a looked-up object, None when the answer is about another namespace."""
+    metadata = _metadata(obj)
+    namespace = metadata.get("namespace") or ref.namespace
+    name = metadata.get("name")
+    return name if isinstance(name, str) and namespace == ref.namespace else None
+
+
+def _listed_name(obj: Mapping[str, Any], ref: ObjectReference) -> str | None:
+    """The validated name of a listed object of ``ref``'s namespace (None: not one to annotate)."""
+    name = _answer_name(obj, ref)
+    if name is None:
+        return None
+    try:
+        return validate_object_ref(ref.api_version, ref.kind, ref.namespace, name, use=Use.TARGET).name
+    except InvalidReference:
+        return None
 
 
 class _TargetError(Exception):

@@ -395,20 +395,33 @@ async def test_cluster_metadata_reads(kube: KubeTestServer, namespace: str, clie
         await cluster.get_metadata(f"{SOURCE_GROUP}/v1", "GitRepository", namespace, "missing")
     assert caught.value.not_found
 
-    # a kind outside the static table goes through API discovery
+    # a kind outside the static table goes through API discovery (a CRD of another group)
+    widget_crd = (
+        GITREPO_CRD.replace(f"gitrepositories.{SOURCE_GROUP}", "widgets.e2e.example.com")
+        .replace(f"group: {SOURCE_GROUP}", "group: e2e.example.com")
+        .replace(
+            "{kind: GitRepository, listKind: GitRepositoryList, plural: gitrepositories, singular: gitrepository}",
+            "{kind: Widget, listKind: WidgetList, plural: widgets, singular: widget}",
+        )
+    )
+    await kubectl(kube, "apply", "-f", "-", input=widget_crd)
+    await kubectl(kube, "wait", "--for=condition=established", "--timeout=60s", "crd/widgets.e2e.example.com")
     await apply(
         kube,
         {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": {"name": "r", "namespace": namespace},
-            "rules": [],
+            "apiVersion": "e2e.example.com/v1",
+            "kind": "Widget",
+            "metadata": {"name": "w", "namespace": namespace},
         },
     )
-    role = await cluster.get_metadata("rbac.authorization.k8s.io/v1", "Role", namespace, "r")
-    assert role["metadata"]["name"] == "r"
+    widget = await cluster.get_metadata("e2e.example.com/v1", "Widget", namespace, "w")
+    assert widget["metadata"]["name"] == "w"
     with pytest.raises(KubeError) as caught:
-        await cluster.get_metadata("rbac.authorization.k8s.io/v1", "Nope", namespace, "r")
+        await cluster.get_metadata("e2e.example.com/v1", "Nope", namespace, "w")
+    assert caught.value.not_found
+    # Kubernetes' own groups (RBAC, core Secrets...) are refused like a missing object (core.apiref)
+    with pytest.raises(KubeError) as caught:
+        await cluster.get_metadata("rbac.authorization.k8s.io/v1", "Role", namespace, "r")
     assert caught.value.not_found
 
 

@@ -273,7 +273,9 @@ def test_split_api_version_and_paths() -> None:
     assert split_api_version("source.toolkit.fluxcd.io/v1") == ("source.toolkit.fluxcd.io", "v1")
     assert split_api_version("v1") == ("", "v1")
     assert api_path("", "v1", "secrets") == "/api/v1/secrets"
-    assert api_path("g.io", "v1", "things", "ns", "a/b c") == "/apis/g.io/v1/namespaces/ns/things/a%2Fb%20c"
+    assert api_path("g.io", "v1", "things", "ns", "a.b-c") == "/apis/g.io/v1/namespaces/ns/things/a.b-c"
+    with pytest.raises(KubeError):  # validated, not escaped (tests/adversarial/test_api_path_injection.py)
+        api_path("g.io", "v1", "things", "ns", "a/b c")
     assert ALERTS.path("flux") == "/apis/notification.toolkit.fluxcd.io/v1beta3/namespaces/flux/alerts"
     assert SECRETS.path(None) == "/api/v1/secrets"
 
