@@ -16,6 +16,10 @@ Only the leader reconciles (checklist H2); the HTTP servers run on every replica
 * Release on cancel (``--leader-election-release-on-cancel``, default true): leaving the ``async with``
   block while leading writes an empty holder and ``leaseDurationSeconds: 1`` so a standby takes over on
   its next retry instead of waiting out the lease.
+* Its own budget: give the elector a ``KubeClient`` of its own (``KubeRuntime`` does, sized by
+  ``lease_client_budget``): its own token bucket and connections, so a burst of other API calls (event
+  label lookups, reconciles, Events) can never queue a renewal behind it (issue 11: a 3,000-event burst
+  on the shared 50 QPS bucket delayed renewals past the renew deadline and the leader exited).
 
 Usage::
 
@@ -46,6 +50,11 @@ LEASE_DURATION = 35.0
 RENEW_DEADLINE = 30.0
 RETRY_PERIOD = 5.0
 JITTER_FACTOR = 1.2  # client-go's wait.JitterUntil factor for candidates
+
+
+def lease_client_budget(retry_period: float) -> tuple[float, int]:
+    """(qps, burst) of the elector's own client: a GET and a PUT every retry period, with room to spare."""
+    return max(5.0, 4.0 / retry_period), 10
 
 
 def default_identity() -> str:
