@@ -33,7 +33,7 @@ from ..api.provider import COMMIT_STATUS_TYPES, Provider
 from ..core import conditions as cond
 from ..core.cel import CELCompileError, OutputType, compile_expression
 from ..core.clock import Clock
-from ..core.redact import Redactor
+from ..core.redact import Redactor, mask_values, secret_mask_values
 from ..errors import ObjectReferenceError, ProviderConfigError
 from ..hooks.reconcile import ReconcileHooks, provider_children
 from ..providers.options import resolve_options
@@ -157,13 +157,14 @@ class ProviderReconciler(Reconciler[Provider]):
         return DONE
 
     def _mask(self, obj: Provider, text: str) -> str:
-        """Mask the values of the Provider's own Secrets, then every secret the process knows."""
-        values: list[str] = []
+        """Mask the values of the Provider's own Secrets (whole values, short ones too), then every secret the
+        process knows. A few values: no index is built (the store-wide ``Redactor`` has one)."""
+        values: set[str] = set()
         for ns, name in secret_keys(obj):
             secret = self.store.secret(ns, name)
             if secret is not None:
-                values.extend(v.decode("utf-8", errors="replace").strip() for v in secret.data.values())
-        return self.redact(Redactor(values)(text))
+                values |= secret_mask_values(secret.data)
+        return self.redact(mask_values(text, values))
 
 
 def ready_condition(provider: Provider) -> Condition | None:

@@ -273,10 +273,12 @@ def test_redact_url_and_urls_in_text() -> None:
     assert "secret-path" not in text and "u:p" not in text and "h.example" in text
 
 
-@given(st.text(min_size=4, max_size=30).filter(lambda s: s.strip() == s and s), st.text(max_size=60))
+@given(st.text(min_size=8, max_size=30).filter(lambda s: s.strip() == s and s), st.text(max_size=60))
 def test_redactor_never_leaks_a_known_secret(secret: str, noise: str) -> None:
+    # Whole values of 8+ characters (issue 16: "flux" must not wreck "flux-system"); tests/unit/test_redaction.py
     redactor = Redactor([secret])
-    assert secret not in redactor(noise + secret + noise)
+    if secret not in noise:
+        assert secret not in redactor(noise + " " + secret + "\n" + noise)
 
 
 # ---- conditions, Go JSON ----------------------------------------------------------------------------
