@@ -4,10 +4,19 @@ Decoding is as lenient as Go's ``encoding/json``: field names match case-insensi
 are ignored, missing fields take zero values. Wrong JSON types (a number for a string, a non-string
 metadata value, a timestamp that is not an RFC 3339 string or ``null``) are rejected. Encoding
 (``to_go_json``) reproduces Go's bytes exactly, field order included.
+
+Timestamps follow the grammar Go's ``time.Parse(time.RFC3339)`` accepts (``metav1.Time``): upper-case
+``T`` and ``Z``, a fraction of any length after a ``.`` or ``,`` (cut to microseconds, as Go cuts it to
+nanoseconds), an offset of ``hh:mm``. Python's ``fromisoformat`` alone is looser (lower-case ``t``, offsets
+with seconds, week dates). A timestamp Python's ``datetime`` cannot hold once converted to UTC (year 0000,
+or ``0001-01-01T00:00:00+01:00`` and ``9999-12-31T23:59:59-01:00`` whose UTC instant falls outside years
+1-9999) is a client error (400), never an ``OverflowError`` (issue 11 item 7: it was a 500 with a
+traceback); Go can represent those instants, so this is a documented difference of edge values.
 """
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -33,6 +42,12 @@ MD_COMMIT = "commit"
 MD_COMMIT_STATUS = "commit_status"
 MD_COMMIT_STATUS_UPDATE = "update"
 MD_CHANGE_REQUEST = "change_request"
+
+
+_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:\d{2})", re.ASCII)
+_NOT_RFC3339 = "timestamp must be an RFC 3339 string or null"
+GO_ZERO_TIME = datetime(1, 1, 1, tzinfo=UTC)
+"""Go's zero ``time.Time``: ``metav1.Time`` writes it as ``null``."""
 
 
 class EventDecodeError(ValueError):
@@ -124,15 +139,16 @@ class Event(BaseModel):
     def _parse_timestamp(cls, value: Any) -> datetime | None:
         if value is None or isinstance(value, datetime):
             return value
-        if not isinstance(value, str):
-            raise ValueError("timestamp must be an RFC 3339 string or null")
+        if not isinstance(value, str) or _RFC3339.fullmatch(value) is None:
+            raise ValueError(_NOT_RFC3339)
         try:
             parsed = datetime.fromisoformat(value)
-        except ValueError as exc:
-            raise ValueError("timestamp must be an RFC 3339 string or null") from exc
-        if parsed.tzinfo is None:
-            raise ValueError("timestamp must carry a time zone (RFC 3339)")
-        return parsed.astimezone(UTC)
+        except ValueError as exc:  # a field out of range (month 13, hour 24, offset 24:00, year 0000)
+            raise ValueError(_NOT_RFC3339) from exc
+        try:
+            return parsed.astimezone(UTC)
+        except OverflowError:  # the UTC instant is before year 1 or after year 9999
+            raise ValueError("timestamp out of range (years 0001-9999 in UTC)") from None
 
     @field_validator("metadata", mode="before")
     @classmethod
@@ -197,7 +213,8 @@ class Event(BaseModel):
         out = GoStruct()
         out["involvedObject"] = self.involved_object.to_go()
         out["severity"] = self.severity
-        out["timestamp"] = rfc3339(self.timestamp) if self.timestamp else None
+        ts = self.timestamp
+        out["timestamp"] = rfc3339(ts) if ts is not None and ts != GO_ZERO_TIME else None
         out["message"] = self.message
         out["reason"] = self.reason
         if self.metadata:

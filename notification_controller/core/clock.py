@@ -46,8 +46,10 @@ class ManualClock:
 
 
 def rfc3339(moment: datetime) -> str:
-    """``2006-01-02T15:04:05Z`` (UTC, seconds precision) as metav1.Time serialises."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """``2006-01-02T15:04:05Z`` (UTC, seconds precision) as metav1.Time serialises. The year is written
+    with four digits (``0001``): glibc's ``%Y`` drops the leading zeros."""
+    t = moment.astimezone(UTC)
+    return f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:{t.second:02d}Z"
 
 
 def go_time_string(moment: datetime, monotonic: float) -> str:

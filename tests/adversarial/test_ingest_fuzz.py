@@ -24,7 +24,9 @@ import asyncio
 import io
 import json
 import logging
+import re
 from collections.abc import AsyncIterator, Coroutine
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -35,6 +37,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
+from notification_controller.api.event import Event, EventDecodeError
 from notification_controller.app import App
 from notification_controller.core.clock import SystemClock
 from notification_controller.core.ratelimit import FixedWindowLimiter
@@ -545,3 +548,161 @@ async def _post(running: App, body: bytes) -> aiohttp.ClientResponse:
 
 def _samples(running: App) -> list[tuple[dict[str, str], float]]:
     return [(labels, value) for labels, value in samples(running.registry, DURATION) if value]
+
+
+# ---- timestamps at the edge of the datetime range (issue 11 item 7) ---------------------------------
+#
+# ``0001-01-01T00:00:00+01:00`` is a valid RFC 3339 instant one hour before Python's ``datetime.min`` in UTC:
+# converting it raised OverflowError, which the event server answered 500 with a traceback logged at
+# ERROR. Now: 400 with a one-line reason and a DEBUG line. Accepted timestamps follow Go's
+# ``time.Parse(time.RFC3339)`` grammar and are re-encoded as ``metav1.Time`` does (four-digit year, UTC,
+# seconds; Go's zero time as null).
+
+GO_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:\d{2})")
+ENCODED = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z")
+
+
+def _stamp(
+    year: int, month: int, day: int, hms: tuple[int, int, int], frac: str, zone: str, t: str = "T"
+) -> str:
+    hour, minute, second = hms
+    return f"{year:04d}-{month:02d}-{day:02d}{t}{hour:02d}:{minute:02d}:{second:02d}{frac}{zone}"
+
+
+OFFSETS = st.builds(
+    lambda sign, h, m: f"{sign}{h:02d}:{m:02d}",
+    st.sampled_from("+-"),
+    st.sampled_from([0, 1, 14, 23, 24, 99]) | st.integers(0, 99),
+    st.sampled_from([0, 30, 59, 60]) | st.integers(0, 99),
+)
+ZONES = st.sampled_from(["Z", "z", "", "+00:00:00", "UTC"]) | OFFSETS
+FRACTIONS = (
+    st.just("")
+    | st.builds(lambda sep, digits: sep + digits, st.sampled_from(".,"), st.text("0123456789", min_size=1))
+    | st.sampled_from([".", ".9", ".999999999", "." + "9" * 5_000, ".0000001"])
+)
+TIMES = st.tuples(st.integers(0, 25), st.integers(0, 61), st.integers(0, 61))
+EDGE_TIMESTAMPS = st.one_of(
+    # the first hours of year 1 with positive offsets, the last hours of 9999 with negative ones
+    st.builds(
+        _stamp,
+        st.just(1),
+        st.just(1),
+        st.just(1),
+        st.tuples(st.integers(0, 3), TIMES.map(lambda t: t[1]), st.just(0)),
+        FRACTIONS,
+        OFFSETS,
+    ),
+    st.builds(
+        _stamp,
+        st.just(9999),
+        st.just(12),
+        st.just(31),
+        st.tuples(st.integers(20, 23), st.just(59), st.just(59)),
+        FRACTIONS,
+        OFFSETS,
+    ),
+    st.builds(
+        _stamp,
+        st.sampled_from([0, 1, 2, 1970, 2026, 9998, 9999]) | st.integers(0, 9999),
+        st.integers(0, 13),
+        st.sampled_from([1, 28, 29, 31]) | st.integers(0, 32),
+        TIMES,
+        FRACTIONS,
+        ZONES,
+        st.sampled_from(["T", "t", " "]),
+    ),
+    st.text(max_size=40),
+)
+
+
+@settings(max_examples=1_500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stamp=EDGE_TIMESTAMPS)
+def test_timestamp_decoding_is_a_client_error_or_a_go_timestamp(stamp: str) -> None:
+    """Any timestamp string: ``EventDecodeError`` (→ 400), or an event whose timestamp Go would accept
+    and that re-encodes as ``metav1.Time`` does — never another exception (→ 500)."""
+    body = json.dumps({"timestamp": stamp}).encode()
+    try:
+        event = Event.decode(body)
+    except EventDecodeError as exc:
+        reason = str(exc)
+        event = None
+    if event is None:
+        assert "\n" not in reason and len(reason) < 200
+        return
+    assert GO_RFC3339.fullmatch(stamp), stamp
+    encoded = json.loads(event.to_go_json())["timestamp"]
+    assert encoded is None or ENCODED.fullmatch(encoded), (stamp, encoded)
+    assert event.timestamp is not None
+    expected = datetime.fromisoformat(stamp.replace(",", ".")).astimezone(UTC).replace(microsecond=0)
+    assert encoded is None or datetime.fromisoformat(encoded) == expected, (stamp, encoded)
+
+
+@pytest.mark.parametrize(
+    ("stamp", "status", "delivered"),
+    [
+        pytest.param("0001-01-01T00:00:00+01:00", 400, None, id="before-year-1-in-utc"),
+        pytest.param("9999-12-31T23:59:59-01:00", 400, None, id="after-year-9999-in-utc"),
+        pytest.param("0000-01-01T00:00:00Z", 400, None, id="year-0"),
+        pytest.param("2026-01-01t00:00:00z", 400, None, id="lower-case-t-z"),
+        pytest.param("2026-01-01T00:00:00+01:00:30", 400, None, id="offset-with-seconds"),
+        pytest.param("0001-01-01T00:59:59-01:00", 202, "0001-01-01T01:59:59Z", id="year-1-four-digits"),
+        pytest.param("9999-12-31T23:59:59.999999999Z", 202, "9999-12-31T23:59:59Z", id="last-second"),
+        pytest.param("0001-01-01T00:00:00Z", 202, None, id="go-zero-time-is-null"),
+        pytest.param(
+            "2026-01-01T00:00:00." + "9" * 100_000 + "Z", 202, "2026-01-01T00:00:00Z", id="100k-digits"
+        ),
+        pytest.param("2026-01-01T10:00:00,5+02:00", 202, "2026-01-01T08:00:00Z", id="comma-fraction"),
+    ],
+)
+async def test_timestamps_at_the_edge_through_the_server(
+    app: tuple[App, CaptureServer],
+    caplog: pytest.LogCaptureFixture,
+    stamp: str,
+    status: int,
+    delivered: str | None,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    running, sink = app
+    body = json.loads(event_body("edge"))
+    body["timestamp"] = stamp
+    async with aiohttp.ClientSession() as session:
+        async with session.post(events_url(running), data=json.dumps(body).encode()) as resp:
+            answer = await resp.read()
+            assert resp.status == status, answer[:200]
+    if status == 400:
+        assert answer.startswith(b"invalid event field timestamp: ") and answer.count(b"\n") == 1, answer
+        rejected = [r.getMessage() for r in caplog.records if "rejecting event" in r.getMessage()]
+        assert len(rejected) == 1 and len(rejected[0]) < 200, rejected
+    else:
+        [request] = await sink.wait_for(1)
+        assert request.json()["timestamp"] == delivered
+    assert any_5xx(running.registry, DURATION) == []
+    assert no_errors_logged(caplog) == []
+
+
+async def test_random_timestamps_through_the_server_are_never_5xx(
+    app: tuple[App, CaptureServer], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The same strategy against the real event server: 202, 400 or 429, never a 5xx or an ERROR."""
+    caplog.set_level(logging.DEBUG)
+    running, _sink = app
+    loop = asyncio.get_running_loop()
+    url = events_url(running)
+    template = json.loads(event_body("fuzzed timestamp"))
+    async with aiohttp.ClientSession() as session:
+
+        async def post(body: bytes) -> int:
+            async with session.post(url, data=body) as resp:
+                await resp.read()
+                return resp.status
+
+        @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+        @given(stamp=EDGE_TIMESTAMPS)
+        def fuzz(stamp: str) -> None:
+            status = run(loop, post(json.dumps({**template, "timestamp": stamp}).encode()))
+            assert status in (202, 400, 429), (status, stamp[:100])
+
+        await asyncio.to_thread(fuzz)
+    assert any_5xx(running.registry, DURATION) == []
+    assert no_errors_logged(caplog) == []
