@@ -28,8 +28,20 @@ def supported_kind(raw: dict[str, Any]) -> bool:
     return key in _KINDS or key == ("v1", "Secret")
 
 
-def parse_object(raw: Any, *, source: str = "", index: int = 0, default_namespace: str = "default") -> Object:
-    """Parse a manifest. Raises ``ManifestError`` naming the source, document index and field."""
+def parse_object(
+    raw: Any,
+    *,
+    source: str = "",
+    index: int = 0,
+    default_namespace: str = "default",
+    receiver_rules: bool = True,
+) -> Object:
+    """Parse a manifest. Raises ``ManifestError`` naming the source, document index and field.
+
+    ``receiver_rules=False`` (the informers) leaves the Receiver CRD's cross-field CEL rules to the Receiver
+    reconciler: an API server < 1.25 stores such a Receiver, and Flux reports it as a terminal
+    ``ValidationFailed`` (Ready=False, Stalled=True), which only a reconciler that sees the object can do.
+    """
     if not isinstance(raw, dict):
         raise ManifestError("document is not a mapping", source=source, index=index)
     api_version, kind = raw.get("apiVersion"), raw.get("kind")
@@ -52,7 +64,7 @@ def parse_object(raw: Any, *, source: str = "", index: int = 0, default_namespac
         raise ManifestError(describe_error(first) + more, source=source, index=index, field=field) from None
     except ValueError as exc:
         raise ManifestError(str(exc), source=source, index=index) from None
-    if isinstance(obj, Provider | Receiver):
+    if isinstance(obj, Provider) or (isinstance(obj, Receiver) and receiver_rules):
         errors = obj.spec.validation_errors()
         if errors:
             raise ManifestError("; ".join(errors), source=source, index=index, field="spec")

@@ -5,6 +5,11 @@ referenced Secret and publishes ``status.webhookPath`` = ``/hook/sha256(token+na
 the receiver server answers on. Status, conditions and Events keep Flux's exact texts, so ``flux get
 receivers`` and kstatus-based tooling read them unchanged.
 
+The CRD's cross-field CEL rules are enforced here too (``cross_field_error``), with the reconciler's wording:
+an API server < 1.25 does not know CRD CEL and stores such a Receiver, and the informers hand it over
+(``parse_object(receiver_rules=False)``) so it ends terminal — Ready=False and Stalled=True,
+``ValidationFailed`` — as in Flux, instead of being dropped from the cache with a bare Ready=False.
+
 The webhook path is a credential for the receiver types that have no signature (``generic``, ``harbor``,
 ``quay``...): Flux puts it in the Ready message and in status (kept for compatibility: RBAC on Receivers
 protects it there), but we never log it above debug level — info logs show an 8-character digest prefix.

@@ -190,7 +190,7 @@ class Informer:
         # List items of built-in types carry no apiVersion/kind; the resource says what they are.
         raw = {**raw, "apiVersion": raw.get("apiVersion") or self.resource.api_version, "kind": self.kind}
         try:
-            obj = parse_object(raw)
+            obj = parse_object(raw, receiver_rules=False)  # the Receiver reconciler reports them (Stalled)
         except ManifestError as exc:
             return None, str(exc)
         except Exception as exc:  # a model bug must not stop the informer (D9)

@@ -2,14 +2,24 @@
 
 Adding a type = one module with ``async def verify(req, ctx) -> Verified`` + one line in ``VERIFIERS``.
 ``tests/conformance/test_receiver_conformance.py`` asserts registry == CRD enum == ``docs/receivers/*.md``.
+
+``path_is_current`` is the step before all of them (issue 11 item 9). Flux finds a Receiver by
+``status.webhookPath``, which only the leader's reconcile rewrites: after the token in the Secret is rotated,
+every replica that has not seen that reconcile (a standby, or the leader before its queue gets to it) would
+still serve the old path, and ``generic`` checks nothing else. So each request recomputes the path from the
+Secret as the store holds it *now* and compares it, in constant time, with the requested one; a stale path
+is answered exactly like an unknown one (404).
 """
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from ..api.receiver import ReceiverType
+from ..api.common import Secret
+from ..api.receiver import Receiver, ReceiverType
+from ..core.webhook import webhook_path
 from ..errors import VerificationError
 from . import (
     acr,
@@ -50,6 +60,28 @@ VERIFIERS: Mapping[ReceiverType, Verifier] = MappingProxyType(
 UNAUTHENTICATED: frozenset[ReceiverType] = frozenset(
     {ReceiverType.GENERIC, ReceiverType.DOCKERHUB, ReceiverType.QUAY, ReceiverType.ACR, ReceiverType.CDEVENTS}
 )
+
+
+def path_is_current(path: str, receiver: Receiver, secret: Secret | None) -> bool:
+    """Whether ``path`` (found in ``receiver``'s status) is the path its spec and current Secret give.
+
+    * A spec that breaks the CRD's cross-field rules (an API server < 1.25 stores it; the reconciler marks
+      it Stalled) has no current path: e.g. a ``generic`` Receiver whose ``secretRef`` was removed would
+      otherwise authenticate nothing while its old status still reads Ready.
+    * ``generic-oidc`` has no Secret: its path is computed from the empty token, as the reconciler does.
+    * A missing Secret or ``token`` key is left to ``verify`` (400 with Flux's message, reference §5.2).
+    """
+    if receiver.spec.validation_errors():
+        return False
+    if receiver.spec.type == ReceiverType.GENERIC_OIDC:
+        token = b""
+    elif secret is None or TOKEN_KEY not in secret.data:
+        return True
+    else:
+        token = secret.data[TOKEN_KEY]
+    meta = receiver.metadata
+    expected = webhook_path(token, meta.name, meta.namespace).encode("ascii")
+    return hmac.compare_digest(expected, path.encode("utf-8", errors="surrogateescape"))
 
 
 async def verify(req: HookRequest, ctx: VerifyContext) -> Verified:

@@ -6,6 +6,9 @@ Order of checks (Flux's, plus the hardening marked *), one status code each, alw
    bombs included: the cap counts decompressed bytes and stops reading) → **413**; read error or timeout → 400;
 2. *object cache not synced yet → 503 (Flux's cache blocks; a 404 here would make GitLab count failures);
 3. lookup of the raw request-target (path AND query string) in the ``status.webhookPath`` index → **404**;
+   *and the path recomputed from the Secret as the store holds it now (``registry.path_is_current``): a path
+   whose token was rotated away, or a spec an old API server let through without ``secretRef``, → **404**,
+   on every replica, before any reconcile has rewritten the status (issue 11 item 9);
 4. *any method but ``POST`` → **405** (Flux accepts any method: a GET would trigger a generic receiver);
 5. ``spec.suspend`` or not Ready (``conditions.is_ready``) → **503**;
 6. Secret + type verification (``receivers.registry``) → **400**;
@@ -34,6 +37,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from ..api.common import Secret
 from ..api.receiver import Receiver, ReceiverType
 from ..core.cel import CELError
 from ..core.clock import Clock, SystemClock
@@ -359,6 +363,19 @@ class ReceiverServer:
             return _Answer(404, "not_found")
         rtype = str(receiver.spec.type)
         who = f"{receiver.metadata.namespace}/{receiver.metadata.name}"
+        secret = self._secret(receiver)  # one read: the Secret that vouches for the path also verifies
+        if not registry.path_is_current(path, receiver, secret):
+            may_log, suppressed = self._log_budget.take(who)
+            if may_log:
+                more = f" ({suppressed} similar rejections not logged)" if suppressed else ""
+                log.info(
+                    "receiver %s (hook %s): path not derived from the current secret token (rotated?), "
+                    "answered as unknown%s",
+                    who,
+                    hook,
+                    more,
+                )
+            return _Answer(404, "not_found", rtype)
         if request.method != "POST":
             log.debug("receiver %s (hook %s): method %s not allowed", who, hook, request.method[:16])
             return _Answer(405, "method_not_allowed", rtype, {"Allow": "POST"})
@@ -372,7 +389,7 @@ class ReceiverServer:
         hook_request = HookRequest(request.method, path, RawHeaders(request.raw_headers), body)
         ctx = VerifyContext(
             receiver=receiver,
-            secret=self._secret(receiver),
+            secret=secret,
             clock=self.clock,
             oidc=self.oidc,
             gcr=self.settings.gcr,
@@ -444,7 +461,7 @@ class ReceiverServer:
             return _Answer(500, "patch_failed", rtype)
         return _Answer(200, "accepted", rtype)
 
-    def _secret(self, receiver: Receiver) -> Any:
+    def _secret(self, receiver: Receiver) -> Secret | None:
         ref = receiver.spec.secret_ref
         if ref is None or receiver.spec.type == ReceiverType.GENERIC_OIDC:
             return None

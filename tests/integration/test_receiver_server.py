@@ -625,3 +625,19 @@ async def test_replay_cache_and_token_bucket_are_bounded() -> None:
     wait = bucket.take("r49")
     assert wait == pytest.approx(1.0)
     assert TokenBucket.retry_after_header(0.01) == "1"
+
+
+async def test_json_null_body_with_a_filter_is_an_empty_request() -> None:
+    """Issue 16: Flux decodes the body into a Go map, which ``null`` leaves empty: the filter runs with
+    ``req`` = {} and the answer is 200 (it was 400). Other non-objects still cannot be a map."""
+    h = Harness()
+    receiver, secret = make_receiver("generic", resource_filter="size(req) == 0")
+    path = h.add(receiver, secret)
+    h.add_targets()
+    async with h:
+        for body in (b"null", b" null\n"):
+            assert (await h.post(path, body, {"Content-Type": "application/json"}))[0] == 200, body
+        assert len(h.cluster.annotate_calls) == 2
+        for bad in (b"[]", b"42", b'"null"', b""):
+            assert (await h.post(path, bad, {"Content-Type": "application/json"}))[0] == 400, bad
+        assert len(h.cluster.annotate_calls) == 2
