@@ -6,11 +6,12 @@ commits/{sha}/statuses``; skip when the first status with our context (name and 
 and description; else ``POST`` to the same URL with ``{"context":{"genre","name"},"description","state"}``.
 The context name is the commit status id, the genre ``fluxcd`` (``fluxcd:<summary>`` when the event
 carries a ``summary``). ``info`` → ``succeeded``, ``error`` → ``error``; ``Progressing`` skipped. Auth: the
-Secret's ``token`` is a personal access token (basic auth with an empty user). TLS settings apply.
+Secret's ``token`` is a personal access token (basic auth with an empty user). Without one, workload
+identity (``identity.py``) mints an Azure AD token for Azure DevOps, sent the same way, as Flux hands it to
+the SDK's PAT connection. TLS settings apply to Azure DevOps, the proxy to the token endpoint only.
 
-Deviations: we call the REST API directly with ``?api-version=6.0`` (Flux's SDK discovers the resource
-location first); managed identity (Flux's fallback when ``token`` is empty) is not available here, so an
-empty token is a configuration error.
+Deviation: we call the REST API directly with ``?api-version=6.0`` (Flux's SDK discovers the resource
+location first).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any, ClassVar
 from ..api.event import Event
 from ..api.provider import ProviderType
 from ..core.gojson import GoStruct
-from ..errors import ProviderConfigError
+from ..errors import DeliveryError, ProviderConfigError
 from .base import DeliveryContext, OutboundRequest, ProviderOptions
 from .gitcommon import (
     Caller,
@@ -36,10 +37,12 @@ from .gitcommon import (
     parse_git_address,
     path_segment,
     require_web_host,
+    rewrap,
     severity_state,
     split_repo_id,
     str_field,
 )
+from .identity import AZURE_SCOPE_DEVOPS, azure_access_token
 from .registry import register
 
 API_VERSION = "6.0"
@@ -81,12 +84,7 @@ class AzureDevOpsNotifier:
 
     def __init__(self, opts: ProviderOptions) -> None:
         self.opts = opts
-        self.token = opts.token_text
-        if not self.token:
-            raise ProviderConfigError(
-                "azure devops token cannot be empty: managed identity is not supported by this controller, "
-                "set the 'token' key of the Secret to a personal access token"
-            )
+        self.token = opts.token_text  # empty: workload identity at delivery time
         parsed = parse_git_address(opts.address)
         comps = split_repo_id(parsed.id, 4)
         if comps is None:
@@ -101,8 +99,8 @@ class AzureDevOpsNotifier:
             f"/commits/{path_segment(sha)}/statuses?api-version={API_VERSION}"
         )
 
-    def _headers(self, *, body: bool = False) -> dict[str, str]:
-        headers = {"Accept": "application/json", "Authorization": basic_auth("", self.token)}
+    def _headers(self, token: str, *, body: bool = False) -> dict[str, str]:
+        headers = {"Accept": "application/json", "Authorization": basic_auth("", token)}
         if body:
             headers["Content-Type"] = "application/json"
         return headers
@@ -117,10 +115,10 @@ class AzureDevOpsNotifier:
         genre = f"{GENRE}:{summary}" if summary else GENRE
         return AzureDevOpsStatus(sha, state, description, commit_status_id(self.opts, event), genre)
 
-    def list_request(self, status: AzureDevOpsStatus) -> OutboundRequest:
-        return OutboundRequest("GET", self._url(status.sha), self._headers())
+    def list_request(self, status: AzureDevOpsStatus, token: str = "") -> OutboundRequest:
+        return OutboundRequest("GET", self._url(status.sha), self._headers(token or self.token))
 
-    def create_request(self, status: AzureDevOpsStatus) -> OutboundRequest:
+    def create_request(self, status: AzureDevOpsStatus, token: str = "") -> OutboundRequest:
         body = go_json(
             GoStruct(
                 context=GoStruct(genre=status.genre, name=status.name),
@@ -128,15 +126,25 @@ class AzureDevOpsNotifier:
                 state=status.state,
             )
         )
-        return OutboundRequest("POST", self._url(status.sha), self._headers(body=True), body)
+        return OutboundRequest(
+            "POST", self._url(status.sha), self._headers(token or self.token, body=True), body
+        )
 
     async def post(self, event: Event, ctx: DeliveryContext) -> None:
         status = self.build_status(event)
         if status is None:
             return
         call = Caller(ctx, self.opts)
-        listing = await call.send_json(self.list_request(status), what="could not list commit statuses")
+        token = self.token
+        if not token:
+            try:
+                token = await azure_access_token(call, AZURE_SCOPE_DEVOPS)
+            except DeliveryError as exc:
+                raise rewrap(exc, "failed to acquire azure devops token: failed to get token") from None
+        listing = await call.send_json(
+            self.list_request(status, token), what="could not list commit statuses"
+        )
         values = listing.get("value") if isinstance(listing, dict) else listing
         if duplicate_azure_devops_status(json_list(values), status):
             return
-        await call.send(self.create_request(status), what="could not create commit status")
+        await call.send(self.create_request(status, token), what="could not create commit status")

@@ -10,9 +10,14 @@ Two configurations, as in Flux:
   (``.servicebus.windows.net`` appended unless it contains ``.servicebus.``; the China and US Government
   clouds are chosen with ``AZURE_AUTHORITY_HOST``), and the Secret's ``token`` is sent as a bearer token.
 
+* **Workload identity** (Flux's fallback when the address is no SAS string and there is no ``token``) —
+  the address is the hub name and ``spec.channel`` the namespace as above; the bearer token is an Azure AD
+  token for Event Hubs minted by ``identity.py``: from ``spec.serviceAccountName`` (or
+  ``--default-service-account``) under the ``ObjectLevelWorkloadIdentity`` gate, else from the controller's
+  own federated token (``AZURE_FEDERATED_TOKEN_FILE``, ``AZURE_CLIENT_ID``, ``AZURE_TENANT_ID``).
+
 Flux uses the AMQP SDK; we use the Event Hubs REST API (``POST https://<ns>/<hub>/messages``), which
-delivers one event with the same body. Managed/workload identity (Flux's fallback when there is no token)
-is not available to this controller and is reported as a configuration error.
+delivers one event with the same body.
 
 Local emulators and tests: an ``Endpoint=http://host:port/`` in the connection string, or a
 ``http(s)://host:port`` URL as the namespace, is used as given (plain HTTP for ``http://``).
@@ -31,9 +36,10 @@ from urllib.parse import quote, quote_plus, urlsplit
 
 from ..api.event import Event
 from ..api.provider import ProviderType
-from ..errors import ProviderConfigError
+from ..errors import DeliveryError, ProviderConfigError
 from .base import DeliveryContext, OutboundRequest, ProviderOptions
-from .gitcommon import Caller, path_segment
+from .gitcommon import Caller, path_segment, rewrap
+from .identity import AZURE_SCOPE_EVENT_HUBS, azure_access_token
 from .registry import register
 
 API_VERSION = "2014-01"
@@ -123,7 +129,7 @@ def sas_token(resource_uri: str, key_name: str, key: str, now: float) -> str:
 class AzureEventHubNotifier:
     type: ClassVar[ProviderType] = ProviderType.AZURE_EVENT_HUB
     uses_proxy: ClassVar[bool] = False
-    uses_tls: ClassVar[bool] = False  # Flux uses the proxy only for managed identity tokens
+    uses_tls: ClassVar[bool] = False  # the proxy is used for workload identity tokens only (as in Flux)
 
     def __init__(self, opts: ProviderOptions) -> None:
         self.opts = opts
@@ -149,11 +155,6 @@ class AzureEventHubNotifier:
                 raise ProviderConfigError(
                     f"{prefix}: serviceAccountName and jwt token authentication cannot be set at the same time"
                 )
-            if not token:
-                raise ProviderConfigError(
-                    "failed to create a eventhub using managed identity: managed identity is not supported by "
-                    "this controller; use a SAS connection string as the address or a JWT in the Secret's 'token' key"
-                )
             if not opts.channel:
                 raise ProviderConfigError(
                     "failed to create a eventhub using authentication token: the Event Hubs namespace "
@@ -162,23 +163,36 @@ class AzureEventHubNotifier:
             self.base, self.hub = namespace_base(opts.channel), address
         self.resource_uri = f"{self.base}/{self.hub}"
 
-    def authorization(self, now: float) -> str:
+    @property
+    def uses_workload_identity(self) -> bool:
+        return self.sas is None and not self.opts.token_text
+
+    def authorization(self, now: float, bearer: str = "") -> str:
         if self.sas is not None:
             resource = "https://" + self.resource_uri.split("://", 1)[1]
             return sas_token(resource, self.sas.key_name, self.sas.key, now)
-        return f"Bearer {self.opts.token_text}"
+        return f"Bearer {bearer or self.opts.token_text}"
 
-    def build_request(self, event: Event, now: float | None = None) -> OutboundRequest:
+    def build_request(self, event: Event, now: float | None = None, bearer: str = "") -> OutboundRequest:
+        """The send request; ``bearer`` is the workload identity token (else the SAS or static JWT)."""
         url = f"{self.base}/{path_segment(self.hub)}/messages?timeout=60&api-version={API_VERSION}"
         headers = {
             "Content-Type": CONTENT_TYPE,
-            "Authorization": self.authorization(time.time() if now is None else now),
+            "Authorization": self.authorization(time.time() if now is None else now, bearer),
         }
         return OutboundRequest("POST", url, headers, event.to_go_json())
 
     async def post(self, event: Event, ctx: DeliveryContext) -> None:
         call = Caller(ctx, self.opts)
-        request = self.build_request(event)
+        bearer = ""
+        if self.uses_workload_identity:
+            try:
+                bearer = await azure_access_token(call, AZURE_SCOPE_EVENT_HUBS)
+            except DeliveryError as exc:
+                raise rewrap(
+                    exc, "failed to create a eventhub using managed identity: failed to get token"
+                ) from None
+        request = self.build_request(event, bearer=bearer)
         call.add_mask(request.headers["Authorization"].split(" ", 1)[1])
         if self.sas is not None:
             call.add_mask(self.sas.key)

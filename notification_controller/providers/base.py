@@ -15,6 +15,7 @@ from ..core.redact import SecretValue
 
 if TYPE_CHECKING:
     from .http import OutboundHTTP
+    from .identity import WorkloadIdentity
     from .tokens import TokenCache
 
 
@@ -101,6 +102,7 @@ class DeliveryContext:
     http: OutboundHTTP
     alert: Alert | None = None
     tokens: TokenCache | None = None  # owned by the dispatcher (GitHub App and cloud tokens)
+    identity: WorkloadIdentity | None = None  # cloud workload identity (providers/identity.py)
 
 
 class Notifier(Protocol):

@@ -9,9 +9,11 @@ API, which the same topic serves identically:
 Credentials: the Secret's ``token`` holds a service-account JSON key. The access token comes from the
 key's ``token_uri`` through the JWT-bearer grant (RFC 7523: an RS256 assertion signed with the key,
 scopes ``pubsub`` and ``cloud-platform``) and is reused from the dispatcher's ``TokenCache`` until shortly
-before it expires. GKE workload identity (Flux's fallback when ``token`` is empty) is not available to this
-controller: an empty ``token`` is a configuration error, unless ``PUBSUB_EMULATOR_HOST`` is set, in which
-case messages go unauthenticated to ``http://$PUBSUB_EMULATOR_HOST`` as with Google's own client libraries.
+before it expires. Without a ``token``, workload identity (``identity.py``, Flux's fallback): the token of
+``spec.serviceAccountName`` (or ``--default-service-account``) exchanged at Google's STS under the
+``ObjectLevelWorkloadIdentity`` gate, else the metadata server's (GKE workload identity, GCE), reused from
+the same cache. With ``PUBSUB_EMULATOR_HOST`` set and no ``token``, messages go unauthenticated to
+``http://$PUBSUB_EMULATOR_HOST`` as with Google's own client libraries.
 
 Testing: ``NC_GOOGLE_PUBSUB_API_URL`` replaces the API base URL (read when the notifier is built); tests
 point it, and the key's ``token_uri``, at local servers.
@@ -34,9 +36,10 @@ from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 from ..api.event import Event
 from ..api.provider import ProviderType
-from ..errors import PermanentDeliveryError, ProviderConfigError
+from ..errors import DeliveryError, PermanentDeliveryError, ProviderConfigError
 from .base import DeliveryContext, OutboundRequest, ProviderOptions
-from .gitcommon import Caller, go_json, path_segment, str_field
+from .gitcommon import Caller, go_json, path_segment, rewrap, str_field
+from .identity import gcp_access_token
 from .registry import register
 from .tokens import CachedToken, TokenCache, cache_key, mint_or_cached
 from .validation import require_url
@@ -145,7 +148,7 @@ def publish_body(event: Event, attributes: dict[str, str]) -> bytes:
 class GooglePubSubNotifier:
     type: ClassVar[ProviderType] = ProviderType.GOOGLE_PUBSUB
     uses_proxy: ClassVar[bool] = False
-    uses_tls: ClassVar[bool] = False  # Flux uses the proxy only for workload identity tokens
+    uses_tls: ClassVar[bool] = False  # the proxy is used for workload identity tokens only (as in Flux)
 
     def __init__(self, opts: ProviderOptions) -> None:
         if not opts.address:
@@ -159,11 +162,7 @@ class GooglePubSubNotifier:
         self.key: ServiceAccountKey | None = None
         if opts.token_text:
             self.key = ServiceAccountKey.parse(opts.token_text)
-        elif not emulator:
-            raise ProviderConfigError(
-                "GCP workload identity is not supported by this controller: set the Secret's 'token' key "
-                "to a service account JSON key"
-            )
+        self.workload_identity = self.key is None and not emulator
         if override:
             self.api_base = require_url(override, what=API_URL_ENV).rstrip("/")
         elif emulator and self.key is None:
@@ -185,7 +184,7 @@ class GooglePubSubNotifier:
     async def access_token(self, call: Caller) -> str | None:
         key = self.key
         if key is None:
-            return None
+            return await gcp_access_token(call) if self.workload_identity else None
         cache = call.ctx.tokens if isinstance(call.ctx.tokens, TokenCache) else None
 
         async def mint() -> CachedToken:
@@ -209,7 +208,10 @@ class GooglePubSubNotifier:
 
     async def post(self, event: Event, ctx: DeliveryContext) -> None:
         call = Caller(ctx, self.opts)
-        token = await self.access_token(call)
+        try:
+            token = await self.access_token(call)
+        except DeliveryError as exc:
+            raise rewrap(exc, f"error publishing to GCP Pub/Sub topic {self.topic_path}") from None
         await call.send(
             self.publish_request(event, token),
             what=f"error publishing to GCP Pub/Sub topic {self.topic_path}",

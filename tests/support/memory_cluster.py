@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -166,3 +167,18 @@ class MemoryCluster:
         self, ref: ObjectRef, type_: str, reason: str, message: str, annotations: Mapping[str, str] | None
     ) -> None:
         self.events.append((ref, type_, reason, message))
+
+    async def get_service_account(self, namespace: str, name: str) -> dict[str, Any]:
+        """ServiceAccounts are objects added with ``add("v1", "ServiceAccount", ...)``."""
+        await self._check("get", "ServiceAccount", namespace, name)
+        obj = self.objects.get(("", "ServiceAccount", namespace, name))
+        if obj is None:
+            raise KubeError(f'serviceaccounts "{name}" not found', status=404)
+        return copy.deepcopy(obj["metadata"])
+
+    async def create_service_account_token(
+        self, namespace: str, name: str, audiences: Sequence[str], expiration_seconds: int
+    ) -> tuple[str, float]:
+        await self.get_service_account(namespace, name)
+        await self._check("token", "ServiceAccount", namespace, name)
+        return f"token-{namespace}-{name}-{','.join(audiences)}", time.time() + expiration_seconds

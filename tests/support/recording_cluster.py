@@ -9,9 +9,12 @@ and keeps the Events. ``fail_next`` scripts API errors (e.g. a 409 conflict) for
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import jwt
 
 from notification_controller.api.common import ObjectStatus, Secret
 from notification_controller.api.objects import Object
@@ -37,6 +40,8 @@ class RecordingCluster:
     events: list[RecordedEvent] = field(default_factory=list)
     annotations: list[tuple[str, str, str, str, dict[str, str]]] = field(default_factory=list)
     fail_next: list[KubeError] = field(default_factory=list)
+    service_accounts: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    token_requests: list[tuple[str, str, list[str], int]] = field(default_factory=list)
     _rv: itertools.count[int] = field(default_factory=lambda: itertools.count(1000))
 
     # ---- helpers for tests --------------------------------------------------------------------------
@@ -118,3 +123,27 @@ class RecordingCluster:
         self.events.append(
             RecordedEvent(ref, type_, reason, message, dict(annotations) if annotations else None)
         )
+
+    # ---- workload identity: ServiceAccounts come from ``service_accounts`` (metadata by (ns, name)) ---------
+    async def get_service_account(self, namespace: str, name: str) -> dict[str, Any]:
+        metadata = self.service_accounts.get((namespace, name))
+        if metadata is None:
+            raise KubeError(f'serviceaccounts "{name}" not found', status=404)
+        return dict(metadata)
+
+    async def create_service_account_token(
+        self, namespace: str, name: str, audiences: Sequence[str], expiration_seconds: int
+    ) -> tuple[str, float]:
+        """A JWT like the API server's (``sub``, ``aud``, ``exp``), HMAC-signed with a test key."""
+        self._maybe_fail()
+        await self.get_service_account(namespace, name)
+        self.token_requests.append((namespace, name, list(audiences), expiration_seconds))
+        expires = time.time() + expiration_seconds
+        claims = {
+            "iss": "https://kubernetes.default.svc",
+            "sub": f"system:serviceaccount:{namespace}:{name}",
+            "aud": list(audiences),
+            "exp": int(expires),
+            "jti": str(len(self.token_requests)),
+        }
+        return jwt.encode(claims, "recording-cluster-signing-key-0123456789", algorithm="HS256"), expires

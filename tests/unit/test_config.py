@@ -220,6 +220,8 @@ CLUSTER_ROLE_ALLOW_LIST: set[tuple[str, str, str]] = {
     *((g, "events", v) for g in ("", "events.k8s.io") for v in ("create", "patch")),
     *((g, r, v) for g, resources in _TOOLKIT.items() for r in resources for v in _READ_PATCH),
     ("", "services", "get"),
+    ("", "serviceaccounts", "get"),  # workload identity: the ServiceAccount's cloud annotations
+    ("", "serviceaccounts/token", "create"),  # workload identity: TokenRequest
 }
 """(apiGroup, resource, verb) the ClusterRole grants: exactly these, nothing more, nothing less."""
 

@@ -1,0 +1,558 @@
+"""Workload identity: how ``azureeventhub``, ``azuredevops`` and ``googlepubsub`` get an access token when
+their Secret gives none, as Flux's ``fluxcd/pkg/auth`` (``GetAccessToken``, ``auth/azure``, ``auth/gcp``)
+does it. No static credential ever sits in a Secret.
+
+Whose identity (Flux's order):
+
+* **A Kubernetes ServiceAccount** — ``spec.serviceAccountName``, else ``--default-service-account`` (the
+  multi-tenancy lockdown), under the ``ObjectLevelWorkloadIdentity`` feature gate. The ServiceAccount lives
+  in the Provider's namespace; the controller asks the API server for a token of it (TokenRequest, with the
+  audience the cloud expects) and exchanges that token:
+
+  - Azure: the client-assertion grant at ``{AZURE_AUTHORITY_HOST}{tenant}/oauth2/v2.0/token`` with the
+    tenant and client of the ServiceAccount's ``azure.workload.identity/tenant-id`` and ``/client-id``
+    annotations; audience ``api://AzureADTokenExchange``.
+  - GCP: Google's STS token exchange (RFC 8693) for the workload identity pool provider named by the
+    ``gcp.auth.fluxcd.io/workload-identity-provider`` annotation (audience ``//iam.googleapis.com/<it>``),
+    or, on GKE, for the cluster's own pool (``<project>.svc.id.goog``, learnt from the metadata server);
+    with ``iam.gke.io/gcp-service-account`` the STS token then impersonates that Google service account
+    (IAM Credentials ``generateAccessToken``), otherwise it is used directly.
+
+* **The controller's own** otherwise:
+
+  - Azure: the federated token that the Azure workload identity webhook projects into the pod
+    (``AZURE_FEDERATED_TOKEN_FILE``, re-read at every mint since the kubelet rotates it), exchanged with
+    the same grant for ``AZURE_CLIENT_ID`` in ``AZURE_TENANT_ID``.
+  - GCP: the metadata server (``GCE_METADATA_HOST``, default ``metadata.google.internal``), as Google's
+    client libraries do on GCE and GKE.
+
+Every request goes through the one outbound HTTP path (``Caller``) inside the delivery's time budget; the
+token endpoints see the Provider's proxy (as in Flux), never its TLS settings; the metadata server sees
+neither. Access tokens are reused from the dispatcher's ``TokenCache`` under Flux's key parts (cloud,
+audiences, cloud identity, ServiceAccount name and namespace, scopes, proxy), so two ServiceAccounts never
+share a token. Federated, ServiceAccount and access tokens are masked in every error. Errors carry Flux's
+messages (``failed to get service account 'ns/name': ...``) and count under the ``workload_identity``
+failure reason, except HTTP answers of the token endpoints, which keep their ``http_<status>`` reason.
+
+Tests: ``AZURE_AUTHORITY_HOST`` and ``GCE_METADATA_HOST`` point at local servers as they would at
+sovereign clouds or a GKE metadata proxy; ``NC_GOOGLE_STS_URL`` and ``NC_GOOGLE_IAM_CREDENTIALS_URL`` (ours)
+replace Google's STS and IAM Credentials endpoints.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import urlencode, urlsplit
+
+from ..errors import (
+    DeliveryError,
+    KubeError,
+    PermanentDeliveryError,
+    RetryableDeliveryError,
+)
+from .base import OutboundRequest, ProviderOptions
+from .gitcommon import Caller, go_json, path_segment, rewrap, str_field
+from .tokens import CachedToken, TokenCache, cache_key, mint_or_cached
+
+REASON = "workload_identity"
+GATE = "ObjectLevelWorkloadIdentity"
+SERVICE_ACCOUNT_TOKEN_SECONDS = 3600  # what the API server gives when Flux leaves expirationSeconds unset
+SERVICE_ACCOUNT_CACHE_TTL = 30.0  # ServiceAccount annotations are re-read at most this often
+SERVICE_ACCOUNT_CACHE_SIZE = 1024
+DEFAULT_LIFETIME = 3600.0
+FORM = "application/x-www-form-urlencoded"
+
+# ---- Azure (fluxcd/pkg/auth/azure) ----------------------------------------------------------------------
+AZURE_AUDIENCE = "api://AzureADTokenExchange"
+AZURE_SCOPE_EVENT_HUBS = "https://eventhubs.azure.net//.default"  # sic: Flux's and the Azure SDK's scope
+AZURE_SCOPE_DEVOPS = "499b84ac-1321-427f-aa17-267ca6975798/.default"
+AZURE_DEFAULT_AUTHORITY = "https://login.microsoftonline.com/"
+AZURE_TENANT_ANNOTATION = "azure.workload.identity/tenant-id"
+AZURE_CLIENT_ANNOTATION = "azure.workload.identity/client-id"
+CLIENT_ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
+
+# ---- GCP (fluxcd/pkg/auth/gcp, golang.org/x/oauth2/google/externalaccount) -------------------------------
+GCP_SCOPES = (
+    "https://www.googleapis.com/auth/cloud-platform",
+    "https://www.googleapis.com/auth/userinfo.email",
+)
+GCP_DEFAULT_METADATA_HOST = "metadata.google.internal"
+GCP_STS_URL = "https://sts.googleapis.com/v1/token"
+GCP_IAM_CREDENTIALS_URL = (
+    "https://iamcredentials.googleapis.com/v1/projects/-/serviceAccounts/{email}:generateAccessToken"
+)
+GCP_STS_URL_ENV = "NC_GOOGLE_STS_URL"
+GCP_IAM_CREDENTIALS_URL_ENV = "NC_GOOGLE_IAM_CREDENTIALS_URL"
+GCP_PROVIDER_ANNOTATION = "gcp.auth.fluxcd.io/workload-identity-provider"
+GCP_EMAIL_ANNOTATION = "iam.gke.io/gcp-service-account"
+TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"
+ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"
+JWT_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:jwt"
+_EMAIL_PATTERN = r"^[a-zA-Z0-9-]{1,100}@[a-zA-Z0-9-]{1,100}\.iam\.gserviceaccount\.com$"
+_PROVIDER_PATTERN = (
+    r"^projects/\d{1,30}/locations/global/workloadIdentityPools/[^/]{1,100}/providers/[^/]{1,100}$"
+)
+
+DEFAULT_SA_NOT_FOUND = (
+    "the specified default service account does not exist in the object namespace. your cluster is subject "
+    "to multi-tenant workload identity lockdown, reach out to your cluster administrator for help"
+)
+
+
+class ServiceAccounts(Protocol):
+    """The part of the ``Cluster`` port workload identity needs (``store.base.Cluster`` has it)."""
+
+    async def get_service_account(self, namespace: str, name: str) -> dict[str, Any]: ...
+
+    async def create_service_account_token(
+        self, namespace: str, name: str, audiences: Sequence[str], expiration_seconds: int
+    ) -> tuple[str, float]: ...
+
+
+@dataclass(frozen=True)
+class AccountRef:
+    """The ServiceAccount whose identity a delivery uses; ``default`` when it came from the flag."""
+
+    namespace: str
+    name: str
+    default: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class GKECluster:
+    """What the GKE metadata server says about the cluster (loaded once, as Flux's ``gkeMetadata``)."""
+
+    project: str
+    location: str
+    name: str
+
+    @property
+    def pool(self) -> str:
+        return f"{self.project}.svc.id.goog"
+
+    @property
+    def sts_audience(self) -> str:
+        return (
+            f"identitynamespace:{self.pool}:https://container.googleapis.com/v1/projects/{self.project}"
+            f"/locations/{self.location}/clusters/{self.name}"
+        )
+
+
+def fail(message: str) -> PermanentDeliveryError:
+    return PermanentDeliveryError(message, reason=REASON)
+
+
+def kube_failure(message: str, exc: KubeError) -> DeliveryError:
+    """A Kubernetes API error as a delivery error (4xx: permanent; no answer, 5xx: may pass later)."""
+    text = f"{message}: {exc}"
+    if 400 <= exc.status < 500:
+        return PermanentDeliveryError(text, reason=REASON)
+    return RetryableDeliveryError(text, reason=REASON)
+
+
+class WorkloadIdentity:
+    """The controller-wide workload identity settings and what it learns while minting, owned by the
+    dispatcher (never a module global: two apps in one process share nothing).
+
+    ``accounts`` is the cluster (None: no ServiceAccount tokens); ``object_level`` is the
+    ``ObjectLevelWorkloadIdentity`` gate; ``environ`` is read at every mint (``os.environ`` by default).
+    """
+
+    def __init__(
+        self,
+        accounts: ServiceAccounts | None = None,
+        *,
+        object_level: bool = False,
+        default_service_account: str = "",
+        environ: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.accounts = accounts
+        self.object_level = object_level
+        self.default_service_account = default_service_account
+        self.environ: Mapping[str, str] = os.environ if environ is None else environ
+        self._clock = clock
+        self._service_accounts: OrderedDict[tuple[str, str], tuple[float, dict[str, Any]]] = OrderedDict()
+        self._gke: GKECluster | None = None
+
+    def env(self, name: str) -> str:
+        return self.environ.get(name, "").strip()
+
+    def account_for(self, opts: ProviderOptions) -> AccountRef | None:
+        """``spec.serviceAccountName``, else the default ServiceAccount, else None (the controller's)."""
+        explicit = opts.provider.spec.service_account_name if opts.provider is not None else ""
+        if explicit:
+            return AccountRef(opts.namespace, explicit)
+        if self.default_service_account:
+            return AccountRef(opts.namespace, self.default_service_account, default=True)
+        return None
+
+    async def service_account(self, ref: AccountRef) -> dict[str, Any]:
+        """The ServiceAccount's metadata, re-read at most every ``SERVICE_ACCOUNT_CACHE_TTL`` seconds (a
+        burst of events costs one GET, and an annotation change is seen within that time)."""
+        key = (ref.namespace, ref.name)
+        now = self._clock()
+        cached = self._service_accounts.get(key)
+        if cached is not None and now - cached[0] < SERVICE_ACCOUNT_CACHE_TTL:
+            self._service_accounts.move_to_end(key)
+            return cached[1]
+        if self.accounts is None:
+            raise fail(f"failed to get service account '{ref}': no Kubernetes API in this mode")
+        try:
+            metadata = await self.accounts.get_service_account(ref.namespace, ref.name)
+        except KubeError as exc:
+            if exc.not_found and ref.default:
+                raise fail(f"failed to get service account '{ref}': {DEFAULT_SA_NOT_FOUND}") from None
+            raise kube_failure(f"failed to get service account '{ref}'", exc) from None
+        self._service_accounts[key] = (now, metadata)
+        self._service_accounts.move_to_end(key)
+        while len(self._service_accounts) > SERVICE_ACCOUNT_CACHE_SIZE:
+            self._service_accounts.popitem(last=False)
+        return metadata
+
+    async def service_account_token(self, ref: AccountRef, audiences: Sequence[str]) -> str:
+        """A Kubernetes token of ``ref`` for ``audiences`` (the gate is checked here, as Flux does)."""
+        if not self.object_level:
+            raise fail(f"{GATE} feature gate is not enabled")
+        if self.accounts is None:
+            raise fail(f"failed to create kubernetes token for service account '{ref}': no Kubernetes API")
+        try:
+            token, _ = await self.accounts.create_service_account_token(
+                ref.namespace, ref.name, audiences, SERVICE_ACCOUNT_TOKEN_SECONDS
+            )
+        except KubeError as exc:
+            raise kube_failure(
+                f"failed to create kubernetes token for service account '{ref}'", exc
+            ) from None
+        return token
+
+    async def gke_cluster(self, call: Caller) -> GKECluster:
+        """The GKE cluster this controller runs in (metadata server; remembered once loaded)."""
+        if self._gke is None:
+            values = []
+            for path, what in (
+                ("project/project-id", "project ID"),
+                ("instance/attributes/cluster-location", "location"),
+                ("instance/attributes/cluster-name", "name"),
+            ):
+                prefix = f"failed to get GKE cluster {what} from the metadata service"
+                response = await call.send(metadata_request(self, path), what=prefix, tls=False)
+                value = response.text().strip()
+                if not value:
+                    raise fail(f"{prefix}: empty value")
+                values.append(value)
+            self._gke = GKECluster(*values)
+        return self._gke
+
+
+# ---- pure request builders ------------------------------------------------------------------------------
+
+
+def azure_token_request(
+    authority: str, tenant: str, client_id: str, assertion: str, scope: str
+) -> OutboundRequest:
+    """The client-assertion grant (Microsoft identity platform, v2.0 token endpoint)."""
+    url = f"{authority.rstrip('/')}/{path_segment(tenant)}/oauth2/v2.0/token"
+    body = urlencode(
+        {
+            "client_assertion": assertion,
+            "client_assertion_type": CLIENT_ASSERTION_TYPE,
+            "client_id": client_id,
+            "grant_type": "client_credentials",
+            "scope": scope,
+        }
+    ).encode()
+    return OutboundRequest("POST", url, {"Content-Type": FORM, "Accept": "application/json"}, body)
+
+
+def metadata_request(identity: WorkloadIdentity, path: str, query: str = "") -> OutboundRequest:
+    host = identity.env("GCE_METADATA_HOST") or GCP_DEFAULT_METADATA_HOST
+    url = f"http://{host}/computeMetadata/v1/{path}" + (f"?{query}" if query else "")
+    return OutboundRequest("GET", url, {"Metadata-Flavor": "Google"})
+
+
+def gcp_metadata_token_request(identity: WorkloadIdentity) -> OutboundRequest:
+    return metadata_request(
+        identity, "instance/service-accounts/default/token", urlencode({"scopes": ",".join(GCP_SCOPES)})
+    )
+
+
+def sts_request(url: str, audience: str, subject_token: str, scopes: Sequence[str]) -> OutboundRequest:
+    """Google STS token exchange (``golang.org/x/oauth2/google/internal/stsexchange``; Go sorts the form)."""
+    form = {
+        "audience": audience,
+        "grant_type": TOKEN_EXCHANGE,
+        "requested_token_type": ACCESS_TOKEN_TYPE,
+        "scope": " ".join(scopes),
+        "subject_token": subject_token,
+        "subject_token_type": JWT_TOKEN_TYPE,
+    }
+    return OutboundRequest(
+        "POST", url, {"Content-Type": FORM, "Accept": "application/json"}, urlencode(form).encode()
+    )
+
+
+def impersonation_request(url: str, access_token: str) -> OutboundRequest:
+    body = go_json({"lifetime": "3600s", "scope": list(GCP_SCOPES)})
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {access_token}"}
+    return OutboundRequest("POST", url, headers, body)
+
+
+def oauth_token(answer: Any, what: str, now: float, *, strict_expiry: bool = False) -> CachedToken:
+    """``access_token`` and ``expires_in`` of an OAuth2 token answer."""
+    value = str_field(answer, "access_token") if isinstance(answer, dict) else None
+    if not value:
+        raise PermanentDeliveryError(f"{what}: the answer has no access_token", reason="invalid_response")
+    raw = answer.get("expires_in")
+    try:
+        lifetime = float(raw) if isinstance(raw, int | float | str) and not isinstance(raw, bool) else 0.0
+    except ValueError:
+        lifetime = 0.0
+    if lifetime <= 0:
+        if strict_expiry:  # externalaccount: "got invalid expiry from security token service"
+            raise PermanentDeliveryError(
+                f"{what}: got invalid expiry from security token service", reason="invalid_response"
+            )
+        lifetime = DEFAULT_LIFETIME
+    return CachedToken(value, now + lifetime)
+
+
+def require_http_url(url: str, what: str) -> str:
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018
+    except ValueError:
+        raise fail(f"invalid {what}: not a valid URL") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise fail(f"invalid {what}: must be an absolute http or https URL")
+    return url
+
+
+def _annotations(metadata: Mapping[str, Any]) -> Mapping[str, Any]:
+    value = metadata.get("annotations")
+    return value if isinstance(value, dict) else {}
+
+
+def azure_identity(metadata: Mapping[str, Any]) -> tuple[str, str]:
+    """(tenant, client) from the ServiceAccount's annotations (Flux's ``getIdentity`` messages)."""
+    annotations = _annotations(metadata)
+    tenant, client = annotations.get(AZURE_TENANT_ANNOTATION), annotations.get(AZURE_CLIENT_ANNOTATION)
+    if not isinstance(tenant, str):
+        raise ValueError(
+            f"azure tenant ID is not set in the service account annotation {AZURE_TENANT_ANNOTATION}"
+        )
+    if not isinstance(client, str):
+        raise ValueError(
+            f"azure client ID is not set in the service account annotation {AZURE_CLIENT_ANNOTATION}"
+        )
+    return tenant, client
+
+
+def gcp_email(metadata: Mapping[str, Any]) -> str:
+    email = str(_annotations(metadata).get(GCP_EMAIL_ANNOTATION) or "")
+    if email and not re.match(_EMAIL_PATTERN, email):
+        raise ValueError(f"invalid {GCP_EMAIL_ANNOTATION} annotation: '{email}'. must match {_EMAIL_PATTERN}")
+    return email
+
+
+def gcp_provider_audience(metadata: Mapping[str, Any]) -> str:
+    provider = str(_annotations(metadata).get(GCP_PROVIDER_ANNOTATION) or "")
+    if not provider:
+        return ""
+    if not re.match(_PROVIDER_PATTERN, provider):
+        raise ValueError(
+            f"invalid {GCP_PROVIDER_ANNOTATION} annotation: '{provider}'. must match {_PROVIDER_PATTERN}"
+        )
+    return f"//iam.googleapis.com/{provider}"
+
+
+# ---- minting --------------------------------------------------------------------------------------------
+
+
+def _cache(call: Caller) -> TokenCache | None:
+    return call.ctx.tokens if isinstance(call.ctx.tokens, TokenCache) else None
+
+
+def _identity(call: Caller) -> WorkloadIdentity:
+    return call.ctx.identity if call.ctx.identity is not None else WorkloadIdentity()
+
+
+def _proxy(call: Caller) -> str:
+    return call.opts.proxy.reveal() if call.opts.proxy else ""
+
+
+async def _cached(call: Caller, key: str, mint: Callable[[], Awaitable[CachedToken]]) -> str:
+    token = await mint_or_cached(_cache(call), key, mint)
+    call.add_mask(token.value)
+    return token.value
+
+
+async def azure_access_token(call: Caller, scope: str) -> str:
+    """An Azure AD access token for ``scope`` (the ServiceAccount's identity, else the controller's)."""
+    identity = _identity(call)
+    authority = require_http_url(
+        identity.env("AZURE_AUTHORITY_HOST") or AZURE_DEFAULT_AUTHORITY, "AZURE_AUTHORITY_HOST"
+    )
+    account = identity.account_for(call.opts)
+
+    async def exchange(tenant: str, client: str, assertion: str, what: str) -> CachedToken:
+        call.add_mask(assertion)
+        now = time.time()
+        request = azure_token_request(authority, tenant, client, assertion, scope)
+        answer = await call.send_json(request, what=what, proxy=True, tls=False)
+        return oauth_token(answer, what, now)
+
+    if account is None:
+        where = "failed to create provider access token for the controller"
+        client, tenant = identity.env("AZURE_CLIENT_ID"), identity.env("AZURE_TENANT_ID")
+        token_file = identity.env("AZURE_FEDERATED_TOKEN_FILE")
+        missing = [
+            name
+            for name, value in (
+                ("AZURE_CLIENT_ID", client),
+                ("AZURE_TENANT_ID", tenant),
+                ("AZURE_FEDERATED_TOKEN_FILE", token_file),
+            )
+            if not value
+        ]
+        if missing:
+            raise fail(
+                f"{where}: missing environment variables for workload identity ({', '.join(missing)}). "
+                "Check webhook and pod configuration"
+            )
+
+        async def mint_controller() -> CachedToken:
+            try:
+                assertion = (await asyncio.to_thread(Path(token_file).read_text, encoding="utf-8")).strip()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise fail(
+                    f"{where}: cannot read AZURE_FEDERATED_TOKEN_FILE: {exc.__class__.__name__}"
+                ) from None
+            if not assertion:
+                raise fail(f"{where}: AZURE_FEDERATED_TOKEN_FILE is empty")
+            return await exchange(tenant, client, assertion, where)
+
+        key = cache_key("azure", "controller", authority, tenant, client, token_file, scope, _proxy(call))
+        return await _cached(call, key, mint_controller)
+
+    metadata = await identity.service_account(account)
+    try:
+        tenant, client = azure_identity(metadata)
+    except ValueError as exc:
+        raise fail(
+            f"failed to get provider identity from service account '{account}' annotations: {exc}"
+        ) from None
+
+    async def mint_for_account() -> CachedToken:
+        token = await identity.service_account_token(account, [AZURE_AUDIENCE])
+        return await exchange(
+            tenant, client, token, f"failed to create provider access token for service account '{account}'"
+        )
+
+    key = cache_key(
+        "azure",
+        f"audiences={AZURE_AUDIENCE}",
+        f"providerIdentity={tenant}/{client}",
+        f"serviceAccountName={account.name}",
+        f"serviceAccountNamespace={account.namespace}",
+        f"scopes={scope}",
+        f"proxyURL={_proxy(call)}",
+        authority,
+    )
+    return await _cached(call, key, mint_for_account)
+
+
+async def gcp_access_token(call: Caller) -> str:
+    """A Google OAuth2 access token (the ServiceAccount's identity, else the metadata server's)."""
+    identity = _identity(call)
+    account = identity.account_for(call.opts)
+    if account is None:
+        where = "failed to create provider access token for the controller"
+        request = gcp_metadata_token_request(identity)
+
+        async def mint_controller() -> CachedToken:
+            now = time.time()
+            answer = await call.send_json(request, what=where, tls=False)
+            return oauth_token(answer, where, now)
+
+        return await _cached(call, cache_key("gcp", "controller", request.url), mint_controller)
+
+    metadata = await identity.service_account(account)
+    try:
+        provider_audience = gcp_provider_audience(metadata)
+    except ValueError as exc:
+        raise fail(f"failed to get provider audience: {exc}") from None
+    gke: GKECluster | None = None
+    if not provider_audience:  # not a workload identity pool provider: assume GKE, ask its metadata server
+        try:
+            gke = await identity.gke_cluster(call)
+        except DeliveryError as exc:
+            raise rewrap(exc, "failed to get provider audience") from None
+    audiences = [provider_audience or (gke.pool if gke else "")]
+    try:
+        email = gcp_email(metadata)
+    except ValueError as exc:
+        raise fail(
+            f"failed to get provider identity from service account '{account}' annotations: {exc}"
+        ) from None
+    sts_url = require_http_url(identity.env(GCP_STS_URL_ENV) or GCP_STS_URL, GCP_STS_URL_ENV)
+    iam_url = require_http_url(
+        identity.env(GCP_IAM_CREDENTIALS_URL_ENV) or GCP_IAM_CREDENTIALS_URL, GCP_IAM_CREDENTIALS_URL_ENV
+    )
+    where = f"failed to create provider access token for service account '{account}'"
+
+    async def mint_for_account() -> CachedToken:
+        subject = await identity.service_account_token(account, audiences)
+        call.add_mask(subject)
+        sts_audience = provider_audience or (gke.sts_audience if gke else "")
+        # With impersonation, STS grants cloud-platform and the impersonated token gets the scopes.
+        scopes = GCP_SCOPES[:1] if email else GCP_SCOPES
+        now = time.time()
+        answer = await call.send_json(
+            sts_request(sts_url, sts_audience, subject, scopes), what=where, proxy=True, tls=False
+        )
+        federated = oauth_token(answer, where, now, strict_expiry=True)
+        if not email:
+            return federated
+        call.add_mask(federated.value)
+        url = iam_url.replace("{email}", path_segment(email))
+        answer = await call.send_json(
+            impersonation_request(url, federated.value), what=where, proxy=True, tls=False
+        )
+        value = str_field(answer, "accessToken") if isinstance(answer, dict) else None
+        expire = str_field(answer, "expireTime") if isinstance(answer, dict) else None
+        if not value or not expire:
+            raise PermanentDeliveryError(
+                f"{where}: the impersonation answer has no accessToken/expireTime", reason="invalid_response"
+            )
+        try:
+            expires_at = datetime.fromisoformat(expire).timestamp()
+        except ValueError:
+            raise PermanentDeliveryError(
+                f"{where}: unable to parse expiry", reason="invalid_response"
+            ) from None
+        return CachedToken(value, expires_at)
+
+    key = cache_key(
+        "gcp",
+        f"audiences={','.join(audiences)}",
+        f"providerIdentity={email}",
+        f"serviceAccountName={account.name}",
+        f"serviceAccountNamespace={account.namespace}",
+        f"proxyURL={_proxy(call)}",
+        sts_url,
+        iam_url,
+    )
+    return await _cached(call, key, mint_for_account)
