@@ -5,7 +5,10 @@ We keep that, and also report whether the Alert can work, in ``status.conditions
 
 =========================  ==================================================================
 Ready=True  Succeeded      "Alert is ready"
-Ready=False ValidationFailed   an inclusion/exclusion regex does not compile with RE2 (terminal)
+Ready=False ValidationFailed   an inclusion/exclusion list is over its bounds (``api/alert.py``: the CRD's
+                               maxItems/maxLength, checked here for API servers that did not apply them;
+                               the dispatcher delivers nothing for such an Alert), or an expression does
+                               not compile with RE2 (terminal)
 Ready=False AccessDenied       ``--no-cross-namespace-refs`` is set and an event source names another
                                namespace (terminal: such events would be refused at dispatch, §3.7)
 Ready=False ProviderNotFound   ``spec.providerRef`` names no Provider in the Alert's namespace
@@ -22,13 +25,12 @@ from __future__ import annotations
 
 import logging
 
-import re2
-
 from ..api import FINALIZER
 from ..api.alert import Alert
 from ..api.common import ConditionStatus, ObjectStatus
 from ..core import conditions as cond
 from ..core.clock import Clock
+from ..core.matching import compile_error
 from ..core.redact import Redactor
 from ..hooks.reconcile import ReconcileHooks, alert_children
 from ..store.base import Cluster, Key, ObjectRef, ObjectStore
@@ -44,16 +46,19 @@ READY_MESSAGE = "Alert is ready"
 
 
 def regex_error(alert: Alert) -> str | None:
-    """The first inclusion/exclusion expression RE2 cannot compile, in the event server's words (§6.4)."""
+    """Lists over their bounds, else the first expression RE2 cannot compile, in the event server's words
+    (§6.4). The bounds come first: an over-long list is not compiled at all."""
+    errors = alert.spec.validation_errors()
+    if errors:
+        return "; ".join(errors)
     for name, expressions in (
         ("inclusion", alert.spec.inclusion_list),
         ("exclusion", alert.spec.exclusion_list),
     ):
         for expression in expressions or []:
-            try:
-                re2.compile(expression)
-            except re2.error:
-                return f"failed to compile {name} regex: {expression}"
+            why = compile_error(expression)
+            if why:  # Flux's words, then RE2's reason: the user sees what to fix
+                return f"failed to compile {name} regex: {expression} ({why})"
     return None
 
 

@@ -166,6 +166,12 @@ class StatusDraft:
         self.observed_generation = generation
         return message
 
+    def mark_stalled_by_hook(self, message: str, generation: int) -> None:
+        """A permanent hook error: Ready=False and Stalled=True, reason ``HookFailed`` (not retried)."""
+        self.conditions.mark_false(cond.READY, cond.HOOK_FAILED, message)
+        self.conditions.mark_stalled(cond.HOOK_FAILED, message)
+        self.observed_generation = generation
+
     def finish(self, annotations: dict[str, str], generation: int) -> None:
         """Flux's deferred ``patch`` step (reference §6.3)."""
         if RECONCILE_REQUEST_ANNOTATION in annotations:
@@ -247,6 +253,7 @@ class Reconciler(abc.ABC, Generic[ObjT]):
         self.redact = redactor if redactor is not None else Redactor()
         self.hooks = hooks  # Hooks API v1 (pre-reconcile, finalize); None: no hooks at all
         self.status_writes = 0  # for tests and debugging: how many status patches were sent
+        self.writes_status = True  # False: --alert-provider-status=false (Flux's v1beta3 has no status there)
         self.index = ReverseIndex()
 
     # ---- the contract with the manager -------------------------------------------------------------
@@ -308,13 +315,17 @@ class Reconciler(abc.ABC, Generic[ObjT]):
     async def finalize(self, obj: ObjT, children: dict[str, Any]) -> tuple[Result, list[str]]:
         """Deletion: run the ``finalize`` hooks (if ``obj`` carries their finalizer), then drop our finalizers
         in one write. A hook that did not answer 2xx keeps the object (Warning ``HookFailed``, retried with
-        backoff). Returns the result and the finalizers removed."""
+        backoff; a ``permanent`` error is not retried, see ``_deletion_stalled``). Returns the result and the
+        finalizers removed."""
         finalizers = obj.metadata.finalizers
         if HOOKS_FINALIZER in finalizers and self.wants_hooks_finalizer(obj):
             assert self.hooks is not None
             failed = await self.hooks.finalize(obj, children)
             if failed is not None:
-                _, error = failed
+                hook, error = failed
+                if error.permanent:
+                    where = "the --hooks-config file" if hook.origin == "controller" else "spec.hooks"
+                    return await self._deletion_stalled(obj, str(error), hook.name, where), []
                 message = self.redact(f"deletion blocked: {error}")
                 log.warning("%s: %s", self.describe(obj), message)
                 await self.warn(obj, cond.HOOK_FAILED, message)
@@ -328,6 +339,34 @@ class Reconciler(abc.ABC, Generic[ObjT]):
             if not exc.not_found:  # already gone: nothing left to do
                 raise
         return DONE, [f for f in finalizers if f not in remaining]
+
+    async def _deletion_stalled(self, obj: ObjT, error: str, hook: str, where: str) -> Result:
+        """A ``finalize`` hook answered ``permanent: true`` ("retrying will not help", docs/hooks.md): no retry.
+        Ready=False and Stalled=True ``HookFailed`` and a Warning Event say what the user can do; a new
+        ``reconcile.fluxcd.io/requestedAt`` (or a spec change) asks the hooks again."""
+        message = self.redact(
+            f"deletion blocked: {error}; the error is permanent, so it is not retried: remove hook '{hook}' "
+            f"from {where} (or 'finalize' from its capabilities) to let the deletion go on, or fix the cause "
+            f"and annotate the object with {RECONCILE_REQUEST_ANNOTATION} to try again"
+        )
+        log.warning("%s: %s", self.describe(obj), message)
+        meta = obj.metadata
+        draft = StatusDraft(
+            ConditionsDraft(obj.status.conditions),
+            obj.status.observed_generation,
+            obj.status.last_handled_reconcile_at,
+        )
+        draft.mark_stalled_by_hook(message, meta.generation)
+        draft.finish(meta.annotations, meta.generation)
+        conditions = draft.conditions.build(generation=meta.generation, now=self.clock.now())
+        update = {
+            "conditions": conditions,
+            "observed_generation": draft.observed_generation,
+            "last_handled_reconcile_at": draft.last_handled_reconcile_at,
+        }
+        await self.write_status(obj, obj.status.model_copy(update=update))
+        await self.warn(obj, cond.HOOK_FAILED, message)
+        return DONE
 
     # ---- pre-reconcile hooks ----------------------------------------------------------------------
     async def run_pre_reconcile(self, obj: ObjT, draft: StatusDraft, children: dict[str, Any]) -> HookStep:
@@ -352,9 +391,7 @@ class Reconciler(abc.ABC, Generic[ObjT]):
                 log.warning("%s: %s; retrying with backoff", self.describe(obj), message)
                 await self.warn(obj, cond.HOOK_FAILED, message)
                 return HookStep(result=Result(error=message), write_status=False)
-            draft.conditions.mark_false(cond.READY, cond.HOOK_FAILED, message)
-            draft.conditions.mark_stalled(cond.HOOK_FAILED, message)
-            draft.observed_generation = obj.metadata.generation
+            draft.mark_stalled_by_hook(message, obj.metadata.generation)
             return HookStep(result=DONE, warning=(cond.HOOK_FAILED, message))
         for returned in outcome.conditions:
             draft.conditions.set(
@@ -368,6 +405,8 @@ class Reconciler(abc.ABC, Generic[ObjT]):
 
     async def write_status(self, obj: ObjT, desired: BaseModel) -> bool:
         """Patch the status only if it differs from the stored one. Returns True if a patch was sent."""
+        if not self.writes_status:
+            return False
         # An empty string means "unset" (e.g. webhookPath after TokenNotFound): normalise before comparing.
         empty = {name: None for name, value in desired if value == ""}
         if empty:

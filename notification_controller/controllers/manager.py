@@ -9,10 +9,12 @@
   when their Provider changes);
 * after ``store.wait_synced()`` every object is enqueued once, then every ``resync_interval`` (10m);
 * a reconcile never takes the loop down: an exception is logged, counted
-  (``notification_reconcile_errors_total{kind}``) and retried with backoff, and the other keys keep
-  flowing (checklist D9, D12);
-* ``gotk_reconcile_duration_seconds{kind,name,namespace}`` is observed per reconcile and its series
-  deleted with the object;
+  (``notification_reconcile_errors_total{kind,name,namespace}``) and retried with backoff, and the other
+  keys keep flowing (checklist D9, D12);
+* ``gotk_reconcile_duration_seconds{kind,name,namespace}`` is observed per reconcile; its series and the
+  object's error count are deleted with the object;
+* controller-runtime's ``controller_runtime_*`` and client-go's ``workqueue_*`` metrics (``controller`` and
+  ``name`` = the lowercase kind), as every Flux controller exports them (see ``metrics.py``);
 * with ``hooks`` (Hooks API v1, docs/hooks.md) every reconciler calls the ``pre-reconcile`` hooks before
   writing status and the ``finalize`` hooks before releasing a deleted object.
 
@@ -38,7 +40,7 @@ from ..store.base import Change, Cluster, Key, ObjectStore
 from .alert import AlertReconciler
 from .base import Reconciler, Result
 from .events import EventRecorder
-from .metrics import CompactHistogram
+from .metrics import CompactHistogram, ControllerRuntimeMetrics, WorkQueueMetrics
 from .provider import ProviderReconciler
 from .queue import DEFAULT_MAX_RETRY_DELAY, DEFAULT_MIN_RETRY_DELAY, WorkQueue
 from .receiver import ReceiverReconciler
@@ -75,6 +77,7 @@ class ControllerSettings:
     max_retry_delay: float = DEFAULT_MAX_RETRY_DELAY
     resync_interval: float = 600.0
     no_cross_namespace_refs: bool = False
+    alert_provider_status: bool = True
 
 
 class ReconcileMetrics:
@@ -87,13 +90,19 @@ class ReconcileMetrics:
         registry.register(self.duration)
         self.errors = Counter(
             "notification_reconcile_errors",
-            "Reconciles that failed (returned an error or raised), by kind.",
-            ["kind"],
+            "Reconciles that failed (returned an error or raised), per object.",
+            ["kind", "name", "namespace"],
             registry=registry,
         )
+        self.runtime = ControllerRuntimeMetrics(registry)
+        self.workqueue = WorkQueueMetrics(registry)
+
+    def error(self, kind: str, namespace: str, name: str) -> None:
+        self.errors.labels(kind, name, namespace).inc()
 
     def forget(self, kind: str, namespace: str, name: str) -> None:
         self.duration.remove(kind, name, namespace)
+        self.errors.remove(kind, name, namespace)
 
 
 class ControllerManager:
@@ -135,14 +144,19 @@ class ControllerManager:
                 store, cluster, self.recorder, clock, redactor=self.redactor, hooks=hooks
             ),
         }
+        for kind in ("Alert", "Provider"):
+            self.reconcilers[kind].writes_status = self.settings.alert_provider_status
         self.queues: dict[str, WorkQueue[Key]] = {
             kind: WorkQueue(
                 kind,
                 min_retry_delay=self.settings.min_retry_delay,
                 max_retry_delay=self.settings.max_retry_delay,
+                metrics=self.metrics.workqueue.for_queue(kind.lower()),
             )
             for kind in KINDS
         }
+        for kind in KINDS:
+            self.metrics.runtime.init_controller(kind.lower(), self.settings.concurrent)
         self.reconciles: dict[str, int] = dict.fromkeys(KINDS, 0)
         self._stopping = asyncio.Event()
         self._stopped = asyncio.Event()
@@ -237,14 +251,21 @@ class ControllerManager:
         queue = self.queues[kind]
         reconciler = self.reconcilers[kind]
         exists = self.store.get(kind, *key) is not None
+        controller = kind.lower()
+        outcome = "error"
+        panic = False
         start = self.clock.monotonic()
         self.reconciles[kind] += 1
+        self.metrics.runtime.active_workers.labels(controller).inc()
         try:
             result = await reconciler.reconcile(key)
+            outcome = _outcome(result)
         except asyncio.CancelledError:
+            outcome = ""
             raise
         except Exception as exc:
-            self.metrics.errors.labels(kind).inc()
+            panic = not isinstance(exc, ControllerError)
+            self.metrics.error(kind, *key)
             delay = queue.add_rate_limited(key)
             # An API error is expected operation (logged without traceback); anything else is a bug.
             log.log(
@@ -260,15 +281,19 @@ class ControllerManager:
             )
             return None
         finally:
+            elapsed = self.clock.monotonic() - start
+            self.metrics.runtime.active_workers.labels(controller).dec()
+            if outcome:
+                self.metrics.runtime.observe(controller, outcome, elapsed, panic=panic)
             if exists:
-                self.metrics.duration.observe(kind, key[1], key[0], self.clock.monotonic() - start)
+                self.metrics.duration.observe(kind, key[1], key[0], elapsed)
         if not exists or self.store.get(kind, *key) is None:
             queue.forget(key)
             queue.cancel_delayed(key)
             self.metrics.forget(kind, *key)
             return result
         if result.error is not None:
-            self.metrics.errors.labels(kind).inc()
+            self.metrics.error(kind, *key)
             queue.add_rate_limited(key)
         elif result.requeue:
             queue.add_rate_limited(key)
@@ -277,3 +302,14 @@ class ControllerManager:
             if result.requeue_after is not None:
                 queue.add_after(key, result.requeue_after)
         return result
+
+
+def _outcome(result: Result) -> str:
+    """controller-runtime's ``result`` label, in its order of precedence."""
+    if result.error is not None:
+        return "error"
+    if result.requeue_after is not None and result.requeue_after > 0:
+        return "requeue_after"
+    if result.requeue:
+        return "requeue"
+    return "success"

@@ -14,6 +14,9 @@ reconciled again, never that every change is seen. The queue guarantees (checkli
 
 Time is the running event loop's clock (``loop.time`` / ``loop.call_at``): tests run under
 ``looptime`` and fast-forward minutes of backoff without real waiting.
+
+With ``metrics`` (``controllers.metrics.QueueMetrics``) the queue feeds client-go's ``workqueue_*`` series
+at the same points as client-go does (add, get, done, every ``add_after`` as a retry).
 """
 
 from __future__ import annotations
@@ -23,7 +26,10 @@ import collections
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Hashable
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from .metrics import QueueMetrics
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +48,7 @@ class WorkQueue(Generic[K]):
         *,
         min_retry_delay: float = DEFAULT_MIN_RETRY_DELAY,
         max_retry_delay: float = DEFAULT_MAX_RETRY_DELAY,
+        metrics: QueueMetrics | None = None,
     ) -> None:
         if min_retry_delay <= 0 or max_retry_delay < min_retry_delay:
             raise ValueError("retry delays must satisfy 0 < min_retry_delay <= max_retry_delay")
@@ -57,6 +64,7 @@ class WorkQueue(Generic[K]):
         self._idle_waiters: list[asyncio.Future[None]] = []
         self._workers: list[asyncio.Task[None]] = []
         self._shutting_down = False
+        self.metrics = metrics
 
     # ---- adding -----------------------------------------------------------------------------------
     def add(self, key: K) -> None:
@@ -64,6 +72,8 @@ class WorkQueue(Generic[K]):
         if self._shutting_down or key in self._dirty:
             return
         self._dirty.add(key)
+        if self.metrics is not None:
+            self.metrics.added(key)
         if key in self._processing:
             return
         self._queue.append(key)
@@ -73,6 +83,8 @@ class WorkQueue(Generic[K]):
         """Add ``key`` after ``delay`` seconds; an earlier pending deadline for the same key wins."""
         if self._shutting_down:
             return
+        if self.metrics is not None:
+            self.metrics.retried()
         if delay <= 0:
             self.add(key)
             return
@@ -137,10 +149,14 @@ class WorkQueue(Generic[K]):
         key = self._queue.popleft()
         self._processing.add(key)
         self._dirty.discard(key)
+        if self.metrics is not None:
+            self.metrics.got(key)
         return key
 
     def done(self, key: K) -> None:
         """Mark ``key`` as processed; if it was added meanwhile, queue it again."""
+        if self.metrics is not None and key in self._processing:
+            self.metrics.done(key)
         self._processing.discard(key)
         if key in self._dirty and not self._shutting_down:
             self._queue.append(key)
@@ -228,6 +244,8 @@ class WorkQueue(Generic[K]):
         for handle in self._delayed.values():
             handle.cancel()
         self._delayed.clear()
+        if self.metrics is not None:
+            self.metrics.dropped(len(self._dirty))
         self._queue.clear()
         self._dirty.clear()
         while self._getters:

@@ -17,7 +17,12 @@ chain. ``null`` or absent at any level means "no change". ``lastTransitionTime``
 are always the controller's. The next hook of the chain sees the object with the conditions applied.
 
 ``finalize`` answer: any 2xx (the body is not read). ``continue: true`` in an error answer also lets the
-deletion go on.
+deletion go on. A ``permanent: true`` error is not retried (the reconciler reports it as Stalled and says
+what to do); any other error is retried with backoff.
+
+Every returned condition gets a ``message``: the CRD requires one, so a hook that omits it (as Scoby's
+examples do for ``True``) gets ``hook '<name>' reported <type>=<status>`` instead of a status write the
+API server refuses with 422.
 """
 
 from __future__ import annotations
@@ -161,7 +166,7 @@ def parse_conditions(bound: BoundHook, target: HookTarget, answer: Any) -> list[
         message = raw.get("message") or ""
         if not isinstance(message, str):
             raise invalid(bound, f"{where}.message must be a string")
-        if not message and status != "True":
+        if not message.strip():  # the CRD requires a message, True conditions included (Scoby sends none)
             message = f"hook '{bound.name}' reported {type_}={status}"
         message = target.mask(message[: cond.MAX_MESSAGE])
         out.append(HookCondition(type_, ConditionStatus(status), reason, message))
@@ -248,8 +253,9 @@ class ReconcileHooks:
 
     async def finalize(
         self, obj: HookedObject, children: Mapping[str, Any]
-    ) -> tuple[str, HookCallError] | None:
-        """Call every ``finalize`` hook; None when all answered 2xx (or asked to continue)."""
+    ) -> tuple[BoundHook, HookCallError] | None:
+        """Call every ``finalize`` hook; None when all answered 2xx (or asked to continue), else the hook that
+        failed (where it was declared: the advice for a permanent error depends on it) and its error."""
         phase = HookCapability.FINALIZE.value
         hooks = self.hooks.for_object(obj, HookCapability.FINALIZE)
 
@@ -261,5 +267,5 @@ class ReconcileHooks:
             phase, hooks, _State(obj_json), request=self._request(phase, children), apply=apply, retry=False
         )
         if result.failure is not None and result.hook is not None:
-            return result.hook.name, result.failure
+            return result.hook, result.failure
         return None

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from notification_controller.api import FINALIZER
+from notification_controller.api import FINALIZER, RECONCILE_REQUEST_ANNOTATION
 from notification_controller.api.hooks import HOOKS_FINALIZER, HooksConfig
 from notification_controller.api.objects import parse_object
 from notification_controller.controllers.alert import AlertReconciler
@@ -299,7 +299,11 @@ async def test_converged_object_with_a_stable_hook_writes_nothing_on_resync(http
         r = Rig(http)
         r.add(secret("creds", token=CANARY), provider([hook("audit", server.url)]))
         await r.settle("Provider", "webhook")
-        assert r.condition("Provider", "webhook", "Audited") == ("True", "Fine", "")
+        assert r.condition("Provider", "webhook", "Audited") == (
+            "True",
+            "Fine",
+            "hook 'audit' reported Audited=True",
+        )
         assert r.condition("Provider", "webhook", "Ready") == ("True", "Succeeded", "Provider is ready")
         writes = len(r.cluster.status_patches)
         assert await r.reconcile("Provider", "webhook") == Result()
@@ -520,7 +524,7 @@ async def test_error_matrix(http: OutboundHTTP, reply: Reply | None, fate: str, 
 
 
 async def test_non_permanent_errors_are_retried_by_the_manager_with_backoff(http: OutboundHTTP) -> None:
-    """Through ``ControllerManager.process``: the error counts in notification_reconcile_errors_total{kind}
+    """Through ``ControllerManager.process``: the error counts in notification_reconcile_errors_total (per object)
     and the key is re-queued with the rate limiter (seed 004: retried after a delay with backoff)."""
     async with CaptureServer() as server:
         server.on("POST", "/hook", Reply(500, {"message": "down"}))
@@ -536,7 +540,8 @@ async def test_non_permanent_errors_are_retried_by_the_manager_with_backoff(http
         assert await manager.process("Provider", (NS, "webhook")) == Result(requeue=True)  # the finalizer
         result = await manager.process("Provider", (NS, "webhook"))
         assert result is not None and result.error is not None
-        assert registry.get_sample_value("notification_reconcile_errors_total", {"kind": "Provider"}) == 1
+        labels = {"kind": "Provider", "name": "webhook", "namespace": NS}
+        assert registry.get_sample_value("notification_reconcile_errors_total", labels) == 1
         assert manager.queues["Provider"].failures((NS, "webhook")) == 2
         assert (NS, "webhook") in manager.queues["Provider"].delayed
         await manager.stop(deadline=1)
@@ -600,14 +605,18 @@ async def test_finalize_blocks_deletion_until_the_hook_answers_2xx(http: Outboun
         assert r.condition("Receiver", "test-receiver", "Ready")[0] == "True"  # type: ignore[index]
 
         r.store.upsert(deleting(r.get("Receiver", "test-receiver")))
-        for expected in ("still unregistering", "nope"):
-            result = await r.reconcile("Receiver", "test-receiver")
-            assert result.error is not None and expected in result.error
-            obj = r.get("Receiver", "test-receiver")
-            assert obj is not None, "deleted although the finalize hook failed"
-            assert obj.metadata.finalizers == [FINALIZER, HOOKS_FINALIZER]
-            assert r.warnings("test-receiver")[-1][0] == "HookFailed"
+        result = await r.reconcile("Receiver", "test-receiver")  # non-permanent: retried with backoff
+        assert result.error is not None and "still unregistering" in result.error
+        assert await r.reconcile("Receiver", "test-receiver") == Result()  # permanent: not retried
+        obj = r.get("Receiver", "test-receiver")
+        assert obj is not None, "deleted although the finalize hook failed"
+        assert obj.metadata.finalizers == [FINALIZER, HOOKS_FINALIZER]
+        assert [w[0] for w in r.warnings("test-receiver")[-2:]] == ["HookFailed", "HookFailed"]
 
+        # what the user is told to do: annotate (what `flux reconcile` does) → the hook is asked again
+        obj = r.get("Receiver", "test-receiver")
+        meta = obj.metadata.model_copy(update={"annotations": {RECONCILE_REQUEST_ANNOTATION: "now"}})
+        r.store.upsert(obj.model_copy(update={"metadata": meta}))
         assert await r.reconcile("Receiver", "test-receiver") == Result()
         assert r.get("Receiver", "test-receiver") is None  # the API server completed the deletion
         body = server.requests[-1].json()
@@ -657,3 +666,122 @@ async def test_alert_migration_and_hooks_finalizer_in_one_write(http: OutboundHT
         assert r.get("Alert", "on-call").metadata.finalizers == ["other.io/keep", HOOKS_FINALIZER]
         assert len(r.cluster.finalizer_updates) == 1
         assert any(e.reason == "Migration" for e in r.cluster.events_for("on-call"))
+
+
+# --------------------------------------------------------------------------------------------------
+# Issue 16: the answer and error contract (default message, permanent finalize errors, per-object errors)
+# --------------------------------------------------------------------------------------------------
+
+
+async def test_conditions_without_message_get_the_default_message(http: OutboundHTTP) -> None:
+    """The CRD requires ``status.conditions[].message`` (the API server answers 422 to an empty one, see
+    tests/e2e/test_hooks_contract_e2e.py): True conditions without one (Scoby's examples) get the default."""
+    answer = conditions_answer(
+        {"type": "Webhook", "status": "True"},
+        {"type": "Blank", "status": "True", "reason": "Ok", "message": "  "},
+    )
+    async with CaptureServer() as server:
+        server.on("POST", "/hook", answer)
+        r = Rig(http)
+        r.add(secret("test-token", token="test-token"), receiver([hook("scoby", server.url)]))
+        await r.settle("Receiver", "test-receiver")
+        assert r.condition("Receiver", "test-receiver", "Webhook") == (
+            "True",
+            "ReportedByHook",
+            "hook 'scoby' reported Webhook=True",
+        )
+        assert r.condition("Receiver", "test-receiver", "Blank") == (
+            "True",
+            "Ok",
+            "hook 'scoby' reported Blank=True",
+        )
+        assert r.condition("Receiver", "test-receiver", "Ready")[0] == "True"  # type: ignore[index]
+        for _, patch in r.cluster.status_patches:
+            assert all(c.get("message") for c in patch.get("conditions", [])), patch
+
+
+@pytest.mark.parametrize(
+    ("controller_wide", "where"), [(False, "spec.hooks"), (True, "the --hooks-config file")]
+)
+async def test_permanent_finalize_error_is_not_retried_and_says_what_to_do(
+    http: OutboundHTTP, controller_wide: bool, where: str
+) -> None:
+    """The error contract: ``permanent: true`` means "retrying will not help". Through the manager: no
+    backoff, no error counted, Ready=False/Stalled=True ``HookFailed`` and a Warning with what to do; a
+    ``reconcile.fluxcd.io/requestedAt`` annotation asks again."""
+    answers = [Reply(409, {"message": f"webhook owned by someone else {CANARY}", "permanent": True}), Reply()]
+    async with CaptureServer() as server:
+        server.on("POST", "/hook", lambda req: answers[min(len(server.requests), 2) - 1])
+        config = None
+        own: list[dict[str, Any]] | None = [hook("cleanup", server.url, "finalize")]
+        if controller_wide:
+            config = HooksConfig.model_validate({"hooks": [hook("cleanup", server.url, "finalize")]})
+            own = None
+        r = Rig(http, config)
+        registry = CollectorRegistry()
+        manager = ControllerManager(
+            r.store, r.cluster, r.clock, registry=registry, redactor=r.redactor, recorder=r.recorder
+        )
+        manager.set_hooks(r.hooks.reconcile)
+        r.add(alert(own))
+        await manager.process("Alert", (NS, "on-call"))
+        assert HOOKS_FINALIZER in r.get("Alert", "on-call").metadata.finalizers
+        r.store.upsert(deleting(r.get("Alert", "on-call")))
+
+        assert await manager.process("Alert", (NS, "on-call")) == Result()
+        queue = manager.queues["Alert"]
+        assert queue.failures((NS, "on-call")) == 0 and (NS, "on-call") not in queue.delayed
+        labels = {"kind": "Alert", "name": "on-call", "namespace": NS}
+        assert registry.get_sample_value("notification_reconcile_errors_total", labels) is None
+        ready = r.condition("Alert", "on-call", "Ready")
+        stalled = r.condition("Alert", "on-call", "Stalled")
+        assert ready is not None and stalled is not None
+        assert (ready[:2], stalled[:2]) == (("False", "HookFailed"), ("True", "HookFailed"))
+        message = stalled[2]
+        assert message.startswith("deletion blocked: hook 'cleanup' answered 409: webhook owned by someone")
+        assert f"remove hook 'cleanup' from {where}" in message
+        assert "annotate the object with reconcile.fluxcd.io/requestedAt" in message
+        assert CANARY not in message
+        assert r.warnings("on-call")[-1] == ("HookFailed", message)
+        assert len(server.requests) == 1
+
+        obj = r.get("Alert", "on-call")
+        meta = obj.metadata.model_copy(update={"annotations": {RECONCILE_REQUEST_ANNOTATION: "fixed"}})
+        r.store.upsert(obj.model_copy(update={"metadata": meta}))
+        assert await manager.process("Alert", (NS, "on-call")) == Result()
+        assert r.get("Alert", "on-call") is None
+        assert len(server.requests) == 2
+
+
+async def test_reconcile_errors_are_counted_per_object_and_forgotten_with_it(http: OutboundHTTP) -> None:
+    """``notification_reconcile_errors_total{kind,name,namespace}``, like gotk_reconcile_duration_seconds:
+    which object fails is visible, and its series goes with it."""
+    async with CaptureServer() as server:
+        server.on("POST", "/hook", Reply(503, {"message": "busy"}))
+        r = Rig(http)
+        registry = CollectorRegistry()
+        manager = ControllerManager(r.store, r.cluster, r.clock, registry=registry, hooks=r.hooks.reconcile)
+        r.add(
+            secret("test-token", token="test-token"),
+            receiver([hook("audit", server.url)], name="flaky"),
+            receiver(name="fine"),
+        )
+        for name in ("flaky", "fine"):
+            for _ in range(3):
+                await manager.process("Receiver", (NS, name))
+
+        def errors(name: str) -> float | None:
+            labels = {"kind": "Receiver", "name": name, "namespace": NS}
+            return registry.get_sample_value("notification_reconcile_errors_total", labels)
+
+        assert errors("flaky") == 2  # the finalizer write, then two hook failures
+        assert errors("fine") is None
+        assert (
+            registry.get_sample_value("controller_runtime_reconcile_errors_total", {"controller": "receiver"})
+            == 2
+        )
+
+        r.store.delete("Receiver", NS, "flaky")
+        await manager.process("Receiver", (NS, "flaky"))
+        assert errors("flaky") is None
+        await manager.stop(deadline=1)

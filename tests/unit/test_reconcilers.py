@@ -584,6 +584,29 @@ async def test_provider_ready_and_idempotent() -> None:
     assert len(h.events("webhook")) == 1  # events only on Ready transitions
 
 
+async def test_alert_provider_status_false_keeps_them_status_free() -> None:
+    """Strict drop-in (--alert-provider-status=false): Flux's v1beta3 Alert/Provider have no status, so a
+    Kustomization health check never waits on them; Receivers keep theirs."""
+    store = ObjectStore()
+    cluster = RecordingCluster(store)
+    manager = ControllerManager(
+        store, cluster, ManualClock(), ControllerSettings(alert_provider_status=False)
+    )
+    store.upsert(provider())  # no Secret needed: a plain generic Provider
+    store.upsert(alert())
+    store.upsert(secret("test-token", token="t0ken"))
+    store.upsert(receiver())
+    for kind, name in (("Provider", "webhook"), ("Alert", "on-call"), ("Receiver", "test-receiver")):
+        for _ in range(3):  # the first pass adds the finalizer, the next ones write status
+            await manager.reconcilers[kind].reconcile((NS, name))
+    patched = {ref.kind for ref, _ in cluster.status_patches}
+    assert patched == {"Receiver"}
+    on = ControllerManager(store, cluster, ManualClock(), ControllerSettings())
+    for _ in range(3):
+        await on.reconcilers["Provider"].reconcile((NS, "webhook"))
+    assert "Provider" in {ref.kind for ref, _ in cluster.status_patches}
+
+
 async def test_provider_missing_secret_then_ready_when_it_appears() -> None:
     h = Harness()
     h.add(provider(secretRef={"name": "webhook-token"}))
@@ -751,14 +774,17 @@ async def test_alert_with_bad_regex_is_terminal() -> None:
     obj = h.get_alert()
     assert (ready(obj).status, ready(obj).reason) == (ConditionStatus.FALSE, "ValidationFailed")
     assert ready(obj).message == (
-        "Reconciliation failed terminally due to configuration error: failed to compile inclusion regex: (unclosed"
+        "Reconciliation failed terminally due to configuration error: "
+        "failed to compile inclusion regex: (unclosed (missing ))"  # Flux's words, then RE2's reason
     )
     assert cond.is_true(obj.status.conditions, cond.STALLED)
     assert obj.status.observed_generation == 1
     h2 = Harness()
     h2.add(provider(), alert(exclusionList=["a{2,1}"]))
     await h2.alerts.reconcile((NS, "on-call"))
-    assert ready(h2.get_alert()).message.endswith("failed to compile exclusion regex: a{2,1}")
+    assert ready(h2.get_alert()).message.endswith(
+        "failed to compile exclusion regex: a{2,1} (invalid repetition size)"
+    )
 
 
 async def test_alert_follows_its_provider() -> None:
@@ -1084,10 +1110,9 @@ async def test_manager_converges_resyncs_without_writing_and_stops() -> None:
 
     labels = {"kind": "Receiver", "name": "test-receiver", "namespace": NS}
     assert (_sample(registry, "gotk_reconcile_duration_seconds_count", labels) or 0) >= 3
-    assert (
-        _sample(registry, "notification_reconcile_errors_total", {"kind": "Receiver"}) == 1.0
-    )  # TokenNotFound
-    assert _sample(registry, "notification_reconcile_errors_total", {"kind": "Provider"}) == 1.0
+    assert _sample(registry, "notification_reconcile_errors_total", labels) == 1.0  # TokenNotFound
+    provider_labels = {"kind": "Provider", "name": "webhook", "namespace": NS}
+    assert _sample(registry, "notification_reconcile_errors_total", provider_labels) == 1.0
 
     store.delete("Receiver", NS, "test-receiver")
     await until(lambda: _sample(registry, "gotk_reconcile_duration_seconds_count", labels) is None)
@@ -1123,7 +1148,8 @@ async def test_manager_keeps_reconciling_others_when_one_object_fails() -> None:
     task = asyncio.create_task(manager.run())
     await until(lambda: all(_provider_ready(store, f"ok-{i}") for i in range(5)))
     await asyncio.sleep(60)
-    errors = _sample(registry, "notification_reconcile_errors_total", {"kind": "Provider"}) or 0
+    labels = {"kind": "Provider", "name": "broken", "namespace": NS}
+    errors = _sample(registry, "notification_reconcile_errors_total", labels) or 0
     assert 5 <= errors <= 8  # 0.75+1.5+3+6+12+24 ≈ 47s: backoff, not a hot loop
     # +1: adding the finalizer requeues with the rate limiter too (controller-runtime's Requeue: true)
     assert manager.queues["Provider"].failures((NS, "broken")) == errors + 1
