@@ -80,8 +80,10 @@ unit: $(STAMP) system-deps
 e2e: $(STAMP) e2e-server
 	$(VENV)/bin/pytest -p no:cacheprovider -m e2e
 
+# wrk (the C load generator) comes from bench/deps.sh; e.g. make bench BENCH_ARGS="--only ingest --quick".
 bench: $(STAMP)
-	$(PY) -m bench
+	bash bench/deps.sh
+	$(PY) -m bench $(BENCH_ARGS)
 
 soak: $(STAMP) e2e-server
 	$(VENV)/bin/pytest -p no:cacheprovider -m soak

@@ -19,6 +19,7 @@ from pathlib import Path
 from .load import install_fast_loop
 from .report import Row, RunReport, render_table
 from .suite import BENCHMARKS, Context, Skip, Timing
+from .wrk import WrkError, wrk_binary
 
 RESULTS = Path(__file__).resolve().parent / "results"
 BENCH_TIME_LIMIT = 240.0  # seconds per benchmark: a hang is a crash, never an endless `make bench`
@@ -31,9 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=",".join(BENCHMARKS),
         help=f"comma-separated subset of: {', '.join(BENCHMARKS)} (default: all)",
     )
-    p.add_argument("--quick", action="store_true", help="shorter phases (numbers get noisier)")
+    p.add_argument("--quick", action="store_true", help="one 2 s slice per server (numbers get noisier)")
     p.add_argument(
-        "--profile", type=Path, default=None, metavar="DIR", help="py-spy the controller in 1 and 2"
+        "--profile", type=Path, default=None, metavar="DIR", help="py-spy the controller in 1, 2 and 5"
     )
     p.add_argument("--results", type=Path, default=RESULTS, help="where the JSON results go")
     p.add_argument("--keep", action="store_true", help="keep the temp dir (manifests, process logs)")
@@ -52,7 +53,7 @@ async def run(args: argparse.Namespace, work: Path) -> RunReport:
     logs.mkdir(parents=True, exist_ok=True)
     timing = Timing()
     if args.quick:
-        timing = Timing(warmup=0.5, measure=3.0, scale_measure=3.0, rate_seconds=5.0)
+        timing = Timing(warmup=1, slice=2, slices=1, rate_seconds=3.0)
     ctx = Context(
         work=work,
         logs=logs,
@@ -90,8 +91,13 @@ async def run(args: argparse.Namespace, work: Path) -> RunReport:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     loop_name = install_fast_loop()
+    try:
+        wrk = wrk_binary()
+    except WrkError as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
     work = Path(tempfile.mkdtemp(prefix="nc-bench-"))
-    print(f"load generator on {loop_name}; work dir {work}", flush=True)
+    print(f"throughput: {wrk}; latency generator on {loop_name}; work dir {work}", flush=True)
     report = asyncio.run(run(args, work))
     print()
     print(render_table(report.rows))

@@ -1,8 +1,9 @@
-"""The load generator: N concurrent keep-alive connections, bounded by request count AND duration.
+"""The Python load generator: N concurrent keep-alive connections, bounded by request count AND duration.
 
-Why our own and not ``wrk``: ``make bench`` must need nothing beyond the project's dependencies, and
-the benchmarks need per-request bodies (distinct events, a send timestamp for POST-to-delivery latency,
-distinct signed GitHub deliveries) which ``wrk`` only offers through Lua.
+Throughput is measured with ``wrk`` (``bench/wrk.py``): this generator tops out near 11,500 req/s on a
+2-core machine, below the bare aiohttp server, so it measured itself. It stays for what ``wrk`` cannot do:
+open-loop latency at a fixed rate (request *i* due at ``start + i/R``, each event carrying its send time
+for POST-to-delivery latency at the sink) and the count-bounded burst.
 
 Two modes:
 

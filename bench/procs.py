@@ -68,14 +68,42 @@ def hwm_mb(pid: int) -> float:
     return read_proc_status(pid).get("VmHWM", 0) / 1024
 
 
+CLOCK_TICK = 1 / os.sysconf("SC_CLK_TCK")  # the resolution of utime/stime (10 ms on Linux)
+
+
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process (``/proc/<pid>/stat``), 0 once it is gone."""
+    """User + system CPU time of a process, all its threads (``/proc/<pid>/stat``), 0 once it is gone."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
             fields = fh.read().rpartition(")")[2].split()
     except OSError:
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) * CLOCK_TICK
+
+
+async def quiet_cpu(pid: int, *, window: float = 0.2, timeout: float = 60.0) -> float:
+    """``cpu_seconds(pid)`` once the process has gone quiet: the reading taken at the start of the first
+    ``window`` in which it used at most one clock tick (so the idle wait itself is not charged).
+
+    After a load run a server may still work through what it accepted (a dispatch backlog); the CPU
+    per event must include that work, and nothing after it.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    last = cpu_seconds(pid)
+    while loop.time() < deadline:
+        await asyncio.sleep(window)
+        now = cpu_seconds(pid)
+        if now - last <= CLOCK_TICK * 1.01:
+            return last
+        last = now
+    return last
+
+
+def memory_mb(pid: int) -> tuple[float, float]:
+    """``(VmRSS, VmHWM)`` in MB: resident now, and the peak since the process started."""
+    status = read_proc_status(pid)
+    return status.get("VmRSS", 0) / 1024, status.get("VmHWM", 0) / 1024
 
 
 async def settle(pid: int, *, busy: float = 0.05, window: float = 0.5, timeout: float = 60.0) -> float:
@@ -186,7 +214,8 @@ class Helper:
 
 
 class Controller:
-    """``python -m notification_controller`` in local mode on free 127.0.0.1 ports.
+    """``python -m notification_controller`` on free 127.0.0.1 ports, in local mode (``--manifests``) or,
+    with ``manifests=None`` and ``--kubeconfig``, in cluster mode.
 
     ``spawned_at`` is taken right before the ``exec``; ``wait_ready`` returns the seconds from there to
     the first ``/readyz`` 200 (the start-up benchmark).
@@ -194,12 +223,14 @@ class Controller:
 
     def __init__(
         self,
-        manifests: Path,
+        manifests: Path | None,
         log_dir: Path,
         extra_args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.manifests = manifests
         self.extra_args = list(extra_args)
+        self.env = dict(env or {})
         self.ports = {name: free_port() for name in PORT_NAMES}
         self.log_path = log_dir / f"controller-{time.monotonic_ns()}.log"
         self.proc: asyncio.subprocess.Process | None = None
@@ -220,10 +251,10 @@ class Controller:
         part for A/B experiments (e.g. a wrapper script that patches something before running it)."""
         override = os.environ.get("NC_BENCH_CONTROLLER_CMD")
         program = shlex.split(override) if override else [sys.executable, "-m", "notification_controller"]
+        manifests = ["--manifests", str(self.manifests)] if self.manifests is not None else []
         return [
             *program,
-            "--manifests",
-            str(self.manifests),
+            *manifests,
             f"--events-addr=127.0.0.1:{self.ports['events']}",
             f"--receiverAddr=127.0.0.1:{self.ports['receiver']}",
             f"--metrics-addr=127.0.0.1:{self.ports['metrics']}",
@@ -238,7 +269,7 @@ class Controller:
         self.proc = await asyncio.create_subprocess_exec(
             *self.command(),
             cwd=ROOT,
-            env=_env(),
+            env={**_env(), **self.env},
             stdout=self._log,
             stderr=self._log,
         )
@@ -362,14 +393,17 @@ def metric_sum(samples: str | list[Sample], name: str, labels: Mapping[str, str]
 
 @contextlib.asynccontextmanager
 async def running_controller(
-    manifests: Path,
+    manifests: Path | None,
     log_dir: Path,
     extra_args: Sequence[str] = (),
     *,
+    env: Mapping[str, str] | None = None,
     ready_timeout: float = 120.0,
 ) -> AsyncIterator[tuple[Controller, float]]:
-    """Start, wait for ``/readyz``, yield ``(controller, seconds to ready)``, then stop gracefully."""
-    controller = Controller(manifests, log_dir, extra_args)
+    """Start, wait for ``/readyz``, yield ``(controller, seconds to ready)``, then stop gracefully.
+
+    ``manifests=None`` runs in cluster mode (pass ``--kubeconfig`` in ``extra_args``)."""
+    controller = Controller(manifests, log_dir, extra_args, env)
     await controller.start()
     try:
         startup = await controller.wait_ready(ready_timeout)

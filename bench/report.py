@@ -1,8 +1,10 @@
 """Result rows, the printed table and the JSON files of a benchmark run.
 
-A row is one number with, where there is one, the reference it is compared to in the same run (the
-baseline server, or the smallest configuration) and the issue's target for it. ``ratio`` is always
-``value / reference``: for rates, higher is better; for latencies and memory, lower is better.
+A row is one number with, where there is one, the reference it is compared to in the same run (``vs``
+names it: the bare aiohttp server, the bare forwarder, the 10-Alert configuration) and the issue's
+target for it. ``ratio`` is always ``value / reference``: for rates, higher is better; for CPU per
+event, latencies and memory, lower is better. A memory row shows ``VmRSS / VmHWM`` (now / peak); its
+ratio is of the VmRSS. The verdict of a row with a target is PASS or MISS.
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ class Row:
     passed: bool | None = None  # None: no target, or not measured
     note: str = ""
     outcome: str = ""  # overrides the verdict: "SKIP", "CRASH"
+    vs: str = ""  # what the baseline is
+    peak: float | None = None  # memory rows: VmHWM next to the VmRSS value
+    baseline_peak: float | None = None
 
     @property
     def ratio(self) -> float | None:
@@ -44,7 +49,7 @@ class Row:
             return "n/a"
         if self.passed is None:
             return "-"
-        return "PASS" if self.passed else "FAIL"
+        return "PASS" if self.passed else "MISS"
 
     def as_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -67,14 +72,22 @@ def fmt_number(value: float | None, unit: str = "") -> str:
     return f"{text} {unit}".rstrip()
 
 
+def fmt_pair(value: float | None, peak: float | None, unit: str) -> str:
+    """``62 / 64 MB`` (VmRSS / VmHWM) when there is a peak, else the plain number."""
+    if value is None or peak is None:
+        return fmt_number(value, unit)
+    return f"{fmt_number(value)} / {fmt_number(peak, unit)}"
+
+
 def render_table(rows: Sequence[Row]) -> str:
-    header = ("benchmark", "metric", "value", "baseline", "ratio", "target", "result")
+    header = ("benchmark", "metric", "value", "vs", "baseline", "ratio", "target", "result")
     lines = [
         (
             row.bench,
             row.metric,
-            fmt_number(row.value, row.unit),
-            fmt_number(row.baseline, row.unit) if row.baseline is not None else "-",
+            fmt_pair(row.value, row.peak, row.unit),
+            row.vs or "-",
+            fmt_pair(row.baseline, row.baseline_peak, row.unit) if row.baseline is not None else "-",
             f"{row.ratio:.2f}" if row.ratio is not None else "-",
             row.target or "-",
             row.verdict,
@@ -87,12 +100,18 @@ def render_table(rows: Sequence[Row]) -> str:
 
     def fmt(cells: Sequence[str]) -> str:
         return "  ".join(
-            cell.ljust(widths[i]) if i < 2 or i >= 5 else cell.rjust(widths[i])
+            cell.ljust(widths[i]) if i in (0, 1, 3, 6, 7) else cell.rjust(widths[i])
             for i, cell in enumerate(cells)
         ).rstrip()
 
     out = [fmt(header), fmt(["-" * w for w in widths])]
     out.extend(fmt(line) for line in lines)
+    verdicts = [row.verdict for row in rows]
+    out.append("")
+    out.append(
+        f"targets: {verdicts.count('PASS')} PASS, {verdicts.count('MISS')} MISS"
+        + "".join(f", {verdicts.count(v)} {v}" for v in ("n/a", "SKIP", "CRASH") if v in verdicts)
+    )
     notes = [f"  [{row.bench} / {row.metric}] {row.note}" for row in rows if row.note]
     if notes:
         out.append("")

@@ -8,6 +8,9 @@ generator put there (``event.toolkit.fluxcd.io/*`` keys reach a ``generic`` prov
 * ``phase`` — which benchmark phase the event belongs to (warm-up, measure, burst...), so late
   deliveries of one phase never pollute the next one's numbers.
 
+The bare forwarder baseline (``bench/forwarder.py``) sends the event as it got it, prefix included:
+both spellings are read.
+
 It also counts every event key (the event's message, unique per event) to report duplicates: the
 controller's delivery is at-most-once, so any key seen twice is a bug.
 
@@ -27,6 +30,8 @@ from dataclasses import dataclass, field
 
 import orjson
 from aiohttp import web
+
+PREFIX = "event.toolkit.fluxcd.io/"
 
 
 @dataclass
@@ -62,8 +67,9 @@ class Sink:
             event = orjson.loads(body)
             metadata = event.get("metadata") or {}
             key = str(event.get("message", ""))
-            phase_name = str(metadata.get("phase", ""))
-            sent = int(metadata.get("sent_ns", 0))
+            # the controller strips the prefix (generic provider); the bare forwarder sends it as is
+            phase_name = str(metadata.get("phase", metadata.get(PREFIX + "phase", "")))
+            sent = int(metadata.get("sent_ns", metadata.get(PREFIX + "sent_ns", 0)))
         except (orjson.JSONDecodeError, AttributeError, TypeError, ValueError):
             self.unparsed += 1
             return web.Response(status=400)

@@ -6,6 +6,10 @@ Every event body is distinct (its message carries the request index), so the dup
 forwards them prefix-stripped in the notification's metadata (reference §3.6), where ``bench.sink``
 reads them.
 
+Throughput is measured with ``wrk`` (``bench/wrk.py``), which sends request *templates*: the same
+bodies with the marker ``@@N@@`` where the request number goes (``*_templates`` below); the Python
+open-loop generator (latency, burst) calls the ``*_events`` factories with the number itself.
+
 The configuration-scale layout (``scale_plan``) spreads N Alerts over 100 namespaces with a seeded RNG:
 one generic Provider per namespace (all pointing at the sink), ~5% wildcard sources (kept to health
 checks by an inclusion list), two named sources otherwise, RE2 inclusion and/or exclusion lists on
@@ -30,6 +34,9 @@ import orjson
 import yaml
 
 from .load import BodyFactory, HeadersFactory
+from .wrk import MARKER
+
+TEMPLATES = 1000  # distinct bodies per wrk run (the request number makes each request distinct)
 
 NAMESPACES = tuple(f"team-{i:02d}" for i in range(100))
 KIND_API = {
@@ -159,14 +166,18 @@ def no_match_manifests(directory: Path) -> Path:
     )
 
 
-def no_match_event(index: int) -> bytes:
+def no_match_event(index: int, tag: str = "") -> bytes:
     return event_body(
         "GitRepository",
         NAMESPACES[index % len(NAMESPACES)],
         f"repo-{index % 50}",
-        f"stored artifact for commit 'Merge pull request #{index}' in revision main@sha1:{index:040x}",
+        f"stored artifact for commit 'Merge pull request #{tag or index}' in revision main@sha1:{index:040x}",
         index=index,
     )
+
+
+def no_match_templates(count: int = TEMPLATES) -> list[bytes]:
+    return [no_match_event(i, MARKER) for i in range(count)]
 
 
 # ---- 2 and 4. ingest + dispatch to one generic Provider -----------------------------------------------
@@ -185,20 +196,29 @@ def dispatch_manifests(directory: Path, sink_url: str) -> Path:
     )
 
 
+def dispatch_event(index: int, phase: str, tag: str, metadata: Mapping[str, str]) -> bytes:
+    return event_body(
+        "Kustomization",
+        DISPATCH_NAMESPACE,
+        f"app-{index % 50}",
+        f"{phase} #{tag}: Reconciliation finished in 1.2s, next run in 10m0s",
+        metadata=metadata,
+        index=index,
+    )
+
+
 def dispatch_events(phase: str) -> BodyFactory:
     """Events matching ``dispatch_manifests``' Alert, stamped with their send time."""
 
     def body(index: int) -> bytes:
-        return event_body(
-            "Kustomization",
-            DISPATCH_NAMESPACE,
-            f"app-{index % 50}",
-            f"{phase} #{index}: Reconciliation finished in 1.2s, next run in 10m0s",
-            metadata=tracked(phase),
-            index=index,
-        )
+        return dispatch_event(index, phase, str(index), tracked(phase))
 
     return body
+
+
+def dispatch_templates(phase: str, count: int = TEMPLATES) -> list[bytes]:
+    """For wrk: the phase but no send time (latency is measured by the open-loop generator)."""
+    return [dispatch_event(i, phase, MARKER, {EVENT_PREFIX + "phase": phase}) for i in range(count)]
 
 
 # ---- 3 and 6. configuration scale ---------------------------------------------------------------------
@@ -260,29 +280,34 @@ def scale_manifests(directory: Path, plan: Sequence[AlertPlan], sink_url: str) -
     return write_manifests(directory, files)
 
 
-def scale_events(plan: Sequence[AlertPlan], phase: str) -> BodyFactory:
+def scale_event(plan: Sequence[AlertPlan], index: int, tag: str, metadata: Mapping[str, str]) -> bytes:
     """Even indexes: aimed at one Alert (matches it); odd indexes: random (wildcards only)."""
-
-    def body(index: int) -> bytes:
-        message = f"Reconciliation finished in {index % 997}ms, revision main@sha1:{index:040x}"
-        if index % 2 == 0:
-            alert = plan[(index // 2 * 7919) % len(plan)]
-            kind, name = alert.sources[0]
-            namespace = alert.namespace
-            if name == "*":
-                name = f"svc-{index % 50}"
-                message = f"Health check passed in {index % 997}ms, revision main@sha1:{index:040x}"
-            severity = alert.severity
-        else:
-            namespace = NAMESPACES[index % len(NAMESPACES)]
-            kind = KINDS[(index // 7) % len(KINDS)]
+    message = f"Reconciliation finished in {index % 997}ms, revision main@sha1:{index:040x} (run {tag})"
+    if index % 2 == 0:
+        alert = plan[(index // 2 * 7919) % len(plan)]
+        kind, name = alert.sources[0]
+        namespace = alert.namespace
+        if name == "*":
             name = f"svc-{index % 50}"
-            severity = "info"
-        return event_body(
-            kind, namespace, name, message, severity=severity, metadata=tracked(phase), index=index
-        )
+            message = f"Health check passed in {index % 997}ms, revision main@sha1:{index:040x} (run {tag})"
+        severity = alert.severity
+    else:
+        namespace = NAMESPACES[index % len(NAMESPACES)]
+        kind = KINDS[(index // 7) % len(KINDS)]
+        name = f"svc-{index % 50}"
+        severity = "info"
+    return event_body(kind, namespace, name, message, severity=severity, metadata=metadata, index=index)
+
+
+def scale_events(plan: Sequence[AlertPlan], phase: str) -> BodyFactory:
+    def body(index: int) -> bytes:
+        return scale_event(plan, index, str(index), tracked(phase))
 
     return body
+
+
+def scale_templates(plan: Sequence[AlertPlan], phase: str, count: int = 2 * TEMPLATES) -> list[bytes]:
+    return [scale_event(plan, i, MARKER, {EVENT_PREFIX + "phase": phase}) for i in range(count)]
 
 
 # ---- 5. receivers -------------------------------------------------------------------------------------
@@ -396,6 +421,13 @@ def github_push_body() -> bytes:
             "sender": {"login": "dev", "id": 4321, "type": "User"},
         }
     )
+
+
+def github_wrk_headers(body: bytes, *, valid: bool) -> list[str]:
+    """``github_headers`` for wrk: the delivery id holds the marker (distinct per request)."""
+    fixed = github_headers(body, valid=valid)(0, body)
+    headers = [f"{name}: {value}" for name, value in fixed.items() if name != "X-GitHub-Delivery"]
+    return [*headers, f"X-GitHub-Delivery: 72d3162e-cc78-11e3-81ab-{MARKER}"]
 
 
 def github_headers(body: bytes, *, valid: bool) -> HeadersFactory:
