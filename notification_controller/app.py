@@ -29,6 +29,7 @@ from .core.clock import SystemClock
 from .core.ratelimit import FixedWindowLimiter
 from .core.redact import Redactor
 from .dispatch.dispatcher import Dispatcher, DispatchSettings
+from .dispatch.labels import LabelCache, LabelCacheSettings
 from .errors import ConfigError, KubeError
 from .hooks import Hooks, load_hooks_config
 from .metrics import EventMetrics
@@ -40,7 +41,7 @@ from .server.events import runner_kwargs as event_runner_kwargs
 from .server.health import create_health_app
 from .server.metrics import create_metrics_app
 from .settings import Settings, compat_notices
-from .store.base import Change, Cluster, ObjectRef, ObjectStore
+from .store.base import Change, Cluster, ObjectRef, ObjectStore, secret_data
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +128,7 @@ class App:
                 max_retry_delay=s.kube.max_retry_delay,
                 resync_interval=s.kube.resync_interval,
                 no_cross_namespace_refs=s.events.no_cross_namespace_refs,
+                alert_provider_status=s.kube.alert_provider_status,
             ),
             registry=self.registry,
             redactor=self.redactor,
@@ -145,6 +147,7 @@ class App:
                 max_pending=s.events.max_pending,
                 provider_concurrency=s.events.provider_concurrency,
                 object_level_workload_identity=s.gate("ObjectLevelWorkloadIdentity"),
+                default_service_account=s.kube.default_service_account,
             ),
             stages=[self.hooks.pre_dispatch],
             redactor=self.redactor,
@@ -153,11 +156,22 @@ class App:
                 if s.tokens.max_size > 0
                 else None  # --token-cache-max-size=0: mint a token for every delivery, as Flux
             ),
+            labels=LabelCache(
+                self.cluster,
+                self.metrics,
+                LabelCacheSettings(
+                    ttl=s.events.label_cache_ttl,
+                    max_entries=s.events.label_cache_size,
+                    concurrency=s.events.label_lookup_concurrency,
+                ),
+                clock=self.clock,
+            ),
         )
 
     def _on_change(self, change: Change) -> None:
         if change.kind == "Secret":
-            self.redactor.update(self.store.secret_values())
+            # O(size of this Secret): the redactor keeps values per Secret (issue 11 item 3).
+            self.redactor.set_secret((change.namespace, change.name), secret_data(change))
         elif change.kind == "Provider":
             # Secret changes need nothing here: cached notifiers are checked against the Secret objects.
             self.dispatcher.invalidate(change.namespace, change.name)
@@ -199,7 +213,6 @@ class App:
             self._tasks.append(asyncio.create_task(self._feeder.watch(), name="manifests-watch"))
         else:
             self._tasks.extend(await self._kube.start())
-        self.redactor.update(self.store.secret_values())
         await self._serve(
             "events",
             create_event_app(

@@ -70,7 +70,7 @@ class EventMetrics:
         self.dropped = Counter(
             "notification_dropped_total",
             "Notifications dropped on purpose, by reason (overload, shutdown, suspended, commit_status, "
-            "change_request, hook, config).",
+            "change_request, hook, config, label_lookup, label_lookup_overload, label_lookup_rejected).",
             ["provider_type", "reason"],
             registry=registry,
         )
@@ -83,4 +83,22 @@ class EventMetrics:
         )
         self.pending = Gauge(
             "notification_pending", "Notifications queued or being delivered.", registry=registry
+        )
+        self.label_lookups = Counter(
+            "notification_label_lookups_total",
+            "Involved-object label lookups for label-selected Alerts, by result (hit, fetched, shared, "
+            "not_found, error, timeout, overload, rejected).",
+            ["result"],
+            registry=registry,
+        )
+        self.label_fetches = Counter(
+            "notification_label_fetches_total",
+            "API GETs made for involved-object labels, by outcome (ok, not_found, error, timeout).",
+            ["outcome"],
+            registry=registry,
+        )
+        self.label_cache_entries = Gauge(
+            "notification_label_cache_entries",
+            "Objects whose labels (or absence) are cached for label-selected Alerts.",
+            registry=registry,
         )

@@ -95,6 +95,22 @@ class EventSettings:
     provider_concurrency: int = opt(
         16, "--provider-concurrency", "parallel deliveries per Provider", kind="int"
     )
+    label_cache_ttl: float = opt(
+        30.0,
+        "--label-cache-ttl",
+        "how long an involved object's labels are reused for Alert matchLabels (0: one lookup per event)",
+        kind="duration",
+        show_default="30s",
+    )
+    label_cache_size: int = opt(
+        4096, "--label-cache-size", "involved objects whose labels are cached (LRU)", kind="int"
+    )
+    label_lookup_concurrency: int = opt(
+        4,
+        "--label-lookup-concurrency",
+        "API GETs for involved objects' labels in flight at once (the rest wait, bounded)",
+        kind="int",
+    )
 
 
 @dataclass(frozen=True)
@@ -174,6 +190,12 @@ class KubeSettings:
         "--watch-configs-label-selector",
         "Flux: which Secrets trigger reconciles; here every referenced Secret does",
         compat_only=True,
+    )
+    alert_provider_status: bool = opt(
+        True,
+        "--alert-provider-status",
+        "write Ready conditions on Alerts and Providers; false: no status, as Flux's v1beta3 objects",
+        kind="bool",
     )
     default_service_account: str = opt(
         "",
@@ -285,9 +307,4 @@ def compat_notices(settings: Settings) -> list[str]:
         value = getattr(getattr(settings, section) if section else settings, name)
         if value != default:
             notices.append(f"{flag.name} is accepted for compatibility with Flux and has no effect here")
-    if settings.kube.default_service_account:
-        notices.append(
-            "--default-service-account has no effect yet: object-level workload identity is not implemented "
-            "(see the README's compatibility notes)"
-        )
     return notices

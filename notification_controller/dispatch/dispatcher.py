@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import time
 from collections import deque
@@ -33,17 +34,20 @@ from ..api.event import (
     Event,
 )
 from ..api.provider import CHANGE_REQUEST_TYPES, COMMIT_STATUS_TYPES, GENERIC_TYPES, Provider
-from ..core.matching import CompiledAlert, SourceMatch
+from ..core.matching import CompiledAlert, SourceMatch, encode_message
 from ..core.metadata import combine_metadata, exclude_internal_metadata
 from ..core.redact import Redactor, mask_token
-from ..errors import ControllerError, DeliveryError, KubeError
+from ..errors import ControllerError, DeliveryError
 from ..metrics import EventMetrics
 from ..providers.base import DeliveryContext, Notifier, ProviderOptions
 from ..providers.http import OutboundHTTP
+from ..providers.identity import WorkloadIdentity
 from ..providers.options import resolve_options
 from ..providers.registry import create_notifier
 from ..providers.tokens import TokenCache
 from ..store.base import Cluster, ObjectRef, ObjectStore
+from .filtering import FilterOffload
+from .labels import LabelCache, LookupResult
 from .model import Drop, EventSink, Notification, Stage
 
 log = logging.getLogger(__name__)
@@ -57,6 +61,7 @@ class DispatchSettings:
     max_pending: int = 10_000
     provider_concurrency: int = 16
     object_level_workload_identity: bool = False
+    default_service_account: str = ""  # --default-service-account (providers/identity.py)
 
 
 class _Lane:
@@ -88,6 +93,7 @@ class Dispatcher:
         stages: Sequence[Stage] = (),
         redactor: Redactor | None = None,
         tokens: TokenCache | None = None,
+        labels: LabelCache | None = None,
     ) -> None:
         self.store = store
         self.cluster = cluster
@@ -98,12 +104,19 @@ class Dispatcher:
         self.stages: list[Stage] = list(stages)
         self.redactor = redactor or Redactor()
         self.tokens = tokens
+        self.labels = labels if labels is not None else LabelCache(cluster, metrics)  # for matchLabels
+        self.identity = WorkloadIdentity(  # cloud workload identity: ServiceAccount tokens, metadata caches
+            cluster,
+            object_level=self.settings.object_level_workload_identity,
+            default_service_account=self.settings.default_service_account,
+        )
         self._lanes: dict[tuple[str, str], _Lane] = {}
         self._pending = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._notifiers: dict[tuple[str, str], _CachedNotifier] = {}
         self._accepting = True
         self._interrupted = 0  # in-flight deliveries cancelled by shutdown
+        self.filters = FilterOffload()  # heavy message filters run off the loop (filtering.py)
 
     # ---- ingest --------------------------------------------------------------------------------
     @property
@@ -115,7 +128,8 @@ class Dispatcher:
         return self._accepting
 
     def submit(self, event: Event) -> int:
-        """Match and hand off an event; returns how many Alerts matched outright (label checks run later).
+        """Match and hand off an event; returns how many Alerts matched outright (label checks run later, and
+        so do message filters too heavy for the loop: ``filtering.py``).
 
         Cheap and synchronous for the common case, so the event server answers 202 immediately.
         """
@@ -124,47 +138,122 @@ class Dispatcher:
             event = event.model_copy(
                 update={"metadata": exclude_internal_metadata(event.metadata, obj.group)}
             )
-        matched: list[CompiledAlert] = []
-        need_labels: list[CompiledAlert] = []
+        candidates: list[tuple[CompiledAlert, SourceMatch]] = []
         for compiled in self.store.alerts_for(obj.namespace, obj.kind, obj.name):
             if compiled.alert.spec.suspend:
                 continue
             result = compiled.match_sources(event)
             if result is SourceMatch.NO:
                 continue
-            if not self._message_allowed(compiled, event):
+            if compiled.refused is not None:  # over its bounds: Ready=False says why; count, deliver nothing
+                self._drop_for(compiled, "config")
+                log.debug("alert %s/%s refused: %s", compiled.namespace, compiled.name, compiled.refused)
                 continue
-            (matched if result is SourceMatch.YES else need_labels).append(compiled)
+            self._warn_invalid_filters(compiled)
+            candidates.append((compiled, result))
+        message = event.message
+        size = len(message) if message.isascii() else 4 * len(message)  # UTF-8 bytes, at most
+        cost = sum(compiled.filter_cost(size) for compiled, _ in candidates)
+        if self.filters.inline(cost):  # cost 0: no valid expression anywhere, the text is not looked at
+            return self._hand_off(
+                event, candidates, self._message_allowed(candidates, message if cost else "")
+            )
+        if not self.filters.admit(size):
+            for compiled, _ in candidates:
+                self._drop_for(compiled, "overload")
+            log.warning(
+                "dropping event for %s: %d events wait for their message filters (heavy inclusion/exclusion "
+                "lists)",
+                obj.describe(),
+                self.filters.backlog,
+            )
+            return 0
+        self._spawn(self._filter_in_worker(event, candidates, size))
+        return 0
+
+    def _message_allowed(
+        self, candidates: list[tuple[CompiledAlert, SourceMatch]], message: str
+    ) -> list[bool]:
+        """Inclusion/exclusion of each candidate (pure: runs on the loop or on the filter thread)."""
+        text = encode_message(message)
+        return [compiled.message_allowed(text) for compiled, _ in candidates]
+
+    def _warn_invalid_filters(self, compiled: CompiledAlert) -> None:
+        for expr in compiled.invalid_inclusion:
+            self._warn(compiled.alert, "InvalidConfig", f"failed to compile inclusion regex: {expr}")
+        for expr in compiled.invalid_exclusion:
+            self._warn(compiled.alert, "InvalidConfig", f"failed to compile exclusion regex: {expr}")
+
+    async def _filter_in_worker(
+        self, event: Event, candidates: list[tuple[CompiledAlert, SourceMatch]], size: int
+    ) -> None:
+        text = encode_message(event.message)  # once; the worker runs one Alert's lists at a time
+        checks = [functools.partial(compiled.message_allowed, text) for compiled, _ in candidates]
+        try:
+            allowed = await self.filters.run(checks, size)
+        except asyncio.CancelledError:  # shutdown: these notifications will not be made; say so
+            for compiled, _ in candidates:
+                self._drop_for(compiled, "shutdown")
+            raise
+        except Exception as exc:
+            log.error(
+                "message filters failed for %s: %s", event.involved_object.describe(), type(exc).__name__
+            )
+            for compiled, _ in candidates:
+                self._drop_for(compiled, "internal")
+            return
+        self._hand_off(event, candidates, allowed)
+
+    def _hand_off(
+        self, event: Event, candidates: list[tuple[CompiledAlert, SourceMatch]], allowed: list[bool]
+    ) -> int:
+        matched: list[CompiledAlert] = []
+        need_labels: list[CompiledAlert] = []
+        for (compiled, result), ok in zip(candidates, allowed, strict=True):
+            if ok:
+                (matched if result is SourceMatch.YES else need_labels).append(compiled)
         for compiled in matched:
             self._prepare_and_enqueue(event, compiled)
         if need_labels:
             self._spawn(self._match_labels(event, need_labels))
         if not matched and not need_labels:
             self.metrics.events_unmatched.inc()
-            log.debug("discarding event, no alerts found for the involved object %s", obj.describe())
+            log.debug(
+                "discarding event, no alerts found for the involved object %s",
+                event.involved_object.describe(),
+            )
         return len(matched)
 
-    def _message_allowed(self, compiled: CompiledAlert, event: Event) -> bool:
-        for expr in compiled.invalid_inclusion:
-            self._warn(compiled.alert, "InvalidConfig", f"failed to compile inclusion regex: {expr}")
-        for expr in compiled.invalid_exclusion:
-            self._warn(compiled.alert, "InvalidConfig", f"failed to compile exclusion regex: {expr}")
-        return compiled.message_allowed(event.message)
+    def _drop_for(self, compiled: CompiledAlert, reason: str) -> None:
+        provider = self.store.provider(compiled.namespace, compiled.alert.spec.provider_ref.name)
+        ptype = str(provider.spec.type) if provider is not None else ""
+        self.metrics.dropped.labels(provider_type=ptype, reason=reason).inc()
 
     async def _match_labels(self, event: Event, candidates: list[CompiledAlert]) -> None:
+        """Match label-selected sources on the involved object's labels (cached, budgeted: ``labels.py``).
+
+        A notification that cannot be matched because the labels could not be read is counted in
+        ``notification_dropped_total`` (``label_lookup*`` reasons), one per candidate Alert.
+        """
         obj = event.involved_object
-        try:
-            meta = await self.cluster.get_metadata(obj.api_version, obj.kind, obj.namespace, obj.name)
-        except (KubeError, ControllerError):
+        lookup = await self.labels.lookup(obj.api_version, obj.kind, obj.namespace, obj.name)
+        if lookup.labels is None:
             for compiled in candidates:
-                self._warn(
-                    compiled.alert, "SourceFetchFailed", f"error getting source object {obj.describe()}"
-                )
+                provider = self.store.provider(compiled.namespace, compiled.alert.spec.provider_ref.name)
+                ptype = str(provider.spec.type) if provider is not None else ""
+                self.metrics.dropped.labels(provider_type=ptype, reason=lookup.drop_reason).inc()
+                if lookup.result is not LookupResult.REJECTED:  # Flux's Warning; never echo a bad reference
+                    self._warn(
+                        compiled.alert, "SourceFetchFailed", f"error getting source object {obj.describe()}"
+                    )
             return
-        labels = (meta.get("metadata") or {}).get("labels") or {}
+        matched = False
         for compiled in candidates:
-            if compiled.match_labels(event, labels):
+            if compiled.match_labels(event, lookup.labels):
+                matched = True
                 self._prepare_and_enqueue(event, compiled)
+        if not matched:
+            self.metrics.events_unmatched.inc()
 
     # ---- preparation (reference §3.6) ---------------------------------------------------------
     def _prepare_and_enqueue(self, event: Event, compiled: CompiledAlert) -> None:
@@ -371,7 +460,9 @@ class Dispatcher:
                     self._warn(notification.alert, "NotificationDropped", result.message or result.reason)
                 return
             notification = result
-        ctx = DeliveryContext(http=self.http, alert=notification.alert, tokens=self.tokens)
+        ctx = DeliveryContext(
+            http=self.http, alert=notification.alert, tokens=self.tokens, identity=self.identity
+        )
         try:
             await notification.notifier.post(notification.event, ctx)
         except DeliveryError as exc:
@@ -468,6 +559,8 @@ class Dispatcher:
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+        self.filters.close()  # the filter thread stops after the expression list it is on (filtering.py)
+        await self.labels.close()
         abandoned = queued + self._interrupted
         if abandoned:
             log.warning(

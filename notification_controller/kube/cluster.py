@@ -11,7 +11,14 @@
   created for an identical (object, type, reason, message) instead of creating another (client-go's
   EventLogger; a 404 because the API server expired it creates a fresh one).
 * Kind → (group, version, plural): a static table for the Flux kinds (real CRD plurals, e.g.
-  ``gitrepositories``, ``imagepolicies``) and API discovery (``/apis/<group>/<version>``, cached) for others.
+  ``gitrepositories``, ``imagepolicies``) and API discovery (``/apis/<group>/<version>``, cached, bounded,
+  answers without the kind included) for others.
+* ``get_metadata``, ``list_metadata`` and ``annotate`` take their arguments from tenants (Receiver
+  targets) and from unauthenticated events (Alert label sources): every part is validated and the
+  refusal policy of ``core.apiref`` applied *here*, before any request, whoever the caller is; a
+  cluster-scoped resource is refused (the namespace is the tenant boundary), and listed items outside the
+  requested namespace are dropped. A refused reference is a ``KubeError`` with status 404, like a
+  missing object.
 """
 
 from __future__ import annotations
@@ -26,6 +33,24 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..api import GROUP
+from ..core.apiref import (
+    DEFAULT_API_VERSIONS,
+    IMAGE_GROUP,
+    SOURCE_EXTENSIONS_GROUP,
+    SOURCE_GROUP,
+    InvalidReference,
+    ObjectReference,
+    Use,
+    check_allowed,
+    discovery_path,
+    label_selector,
+    parse_api_version,
+    resolve_api_version,
+    shown,
+    validate_kind,
+    validate_object_ref,
+    validate_plural,
+)
 from ..errors import KubeError
 from ..store.base import ObjectRef
 from .client import MERGE_PATCH, KubeClient, api_path
@@ -38,12 +63,10 @@ PARTIAL_METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8
 EVENT_CACHE_SIZE = 4096
 MAX_EVENT_MESSAGE = 32768
 DISCOVERY_REFRESH = 30.0
+DISCOVERY_CACHE_SIZE = 256  # (group, version) pairs; event input chooses them, so the cache is bounded
 
-SOURCE_GROUP = "source.toolkit.fluxcd.io"
 KUSTOMIZE_GROUP = "kustomize.toolkit.fluxcd.io"
 HELM_GROUP = "helm.toolkit.fluxcd.io"
-IMAGE_GROUP = "image.toolkit.fluxcd.io"
-SOURCE_EXTENSIONS_GROUP = "source.extensions.fluxcd.io"
 
 # The plural of every kind we know, by group. Flux CRD plurals are not always lower(kind)+"s".
 KNOWN_PLURALS: dict[str, dict[str, str]] = {
@@ -76,24 +99,22 @@ KNOWN_PLURALS: dict[str, dict[str, str]] = {
     "coordination.k8s.io": {"Lease": "leases"},
 }
 
-# Reference §5.4: the apiVersion used when a Receiver resource (or Alert source) does not give one.
-DEFAULT_API_VERSIONS: dict[str, str] = {
-    "Bucket": f"{SOURCE_GROUP}/v1",
-    "HelmChart": f"{SOURCE_GROUP}/v1",
-    "HelmRepository": f"{SOURCE_GROUP}/v1",
-    "GitRepository": f"{SOURCE_GROUP}/v1",
-    "OCIRepository": f"{SOURCE_GROUP}/v1",
-    "ImageRepository": f"{IMAGE_GROUP}/v1",
-    "ArtifactGenerator": f"{SOURCE_EXTENSIONS_GROUP}/v1beta1",
-}
+__all__ = [
+    "DEFAULT_API_VERSIONS",
+    "KNOWN_PLURALS",
+    "KubeCluster",
+    "Resource",
+    "known_plural",
+    "split_api_version",
+]
 
 
 def split_api_version(api_version: str) -> tuple[str, str]:
-    """``group/version`` → (group, version); a single token is the core group's version."""
-    if "/" in api_version:
-        group, version = api_version.split("/", 1)
-        return group, version
-    return "", api_version
+    """``group/version`` → (group, version); a single token is the core group's version.
+
+    Validated (``core.apiref.parse_api_version``): ``InvalidReference`` for anything else.
+    """
+    return parse_api_version(api_version)
 
 
 def known_plural(group: str, kind: str) -> str | None:
@@ -134,17 +155,22 @@ class KubeCluster:
         self.client = client
         self.component = component
         self.instance = instance or socket.gethostname()
-        self._discovery: dict[tuple[str, str], tuple[float, dict[str, Resource]]] = {}
+        # (group, version) -> (when fetched, kinds served); an unknown group/version caches no kinds.
+        self._discovery: OrderedDict[tuple[str, str], tuple[float, dict[str, Resource]]] = OrderedDict()
         self._events: OrderedDict[tuple[str, ...], _EventRecord] = OrderedDict()
 
     # ---- kinds ------------------------------------------------------------------------------------
     async def resource_for(self, api_version: str, kind: str) -> Resource:
-        """Where objects of ``kind`` in ``api_version`` live (static table, else API discovery)."""
+        """Where objects of ``kind`` in ``api_version`` live (static table, else API discovery).
+
+        ``api_version`` and ``kind`` are validated first (``InvalidReference``, no request otherwise).
+        """
         if not api_version:
             api_version = DEFAULT_API_VERSIONS.get(kind, "")
             if not api_version:
-                raise KubeError(f'apiVersion must be specified for kind "{kind}"')
-        group, version = split_api_version(api_version)
+                raise KubeError(f"apiVersion must be specified for kind {shown(kind)}")
+        group, version = parse_api_version(api_version)
+        kind = validate_kind(kind)
         plural = known_plural(group, kind)
         if plural is not None:
             return Resource(group, version, plural)
@@ -155,43 +181,80 @@ class KubeCluster:
         cached = self._discovery.get(key)
         now = time.monotonic()
         if cached is not None and (kind in cached[1] or now - cached[0] < DISCOVERY_REFRESH):
-            found = cached[1].get(kind)
-            if found is None:
-                raise KubeError(f"kind {kind} not found in {group or 'core'}/{version}", status=404)
-            return found
-        path = f"/apis/{group}/{version}" if group else f"/api/{version}"
-        answer = await self.client.request("GET", path)
+            self._discovery.move_to_end(key)
+            return self._found(cached[1], group, version, kind)
+        try:
+            answer = await self.client.request("GET", discovery_path(group, version))
+        except KubeError as exc:
+            if not exc.not_found:
+                raise
+            answer = {}  # no such group/version: remembered like one without the kind
         kinds: dict[str, Resource] = {}
         for item in answer.get("resources") or []:
             if not isinstance(item, dict):
                 continue
             name, item_kind = item.get("name"), item.get("kind")
-            if isinstance(name, str) and isinstance(item_kind, str) and "/" not in name:
-                kinds.setdefault(
-                    item_kind, Resource(group, version, name, bool(item.get("namespaced", True)))
-                )
+            if not isinstance(name, str) or not isinstance(item_kind, str) or "/" in name:
+                continue  # subresources ("pods/log") and malformed entries
+            try:
+                validate_plural(name)
+            except InvalidReference:
+                continue
+            kinds.setdefault(item_kind, Resource(group, version, name, bool(item.get("namespaced", True))))
         self._discovery[key] = (now, kinds)
+        self._discovery.move_to_end(key)
+        while len(self._discovery) > DISCOVERY_CACHE_SIZE:
+            self._discovery.popitem(last=False)
+        return self._found(kinds, group, version, kind)
+
+    @staticmethod
+    def _found(kinds: Mapping[str, Resource], group: str, version: str, kind: str) -> Resource:
         found = kinds.get(kind)
         if found is None:
-            raise KubeError(f"kind {kind} not found in {group or 'core'}/{version}", status=404)
+            raise KubeError(f"kind {shown(kind)} not found in {shown(group or 'core')}/{version}", status=404)
         return found
+
+    async def _target(self, ref: ObjectReference) -> Resource:
+        """The resource of a validated reference, refused when discovery reveals a refused type."""
+        resource = await self.resource_for(ref.api_version, ref.kind)
+        check_allowed(resource.group, kind=ref.kind, plural=resource.plural, use=Use.LOOKUP)
+        if not resource.namespaced:
+            raise InvalidReference(f"refused {shown(ref.kind)}: cluster-scoped objects are not reachable")
+        return resource
 
     # ---- reads ------------------------------------------------------------------------------------
     async def get_metadata(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any]:
-        resource = await self.resource_for(api_version, kind)
-        answer = await self.client.request("GET", resource.path(namespace, name), accept=PARTIAL_METADATA)
-        return self._partial(api_version or DEFAULT_API_VERSIONS.get(kind, ""), kind, answer)
+        ref = validate_object_ref(api_version, kind, namespace, name, use=Use.LOOKUP)
+        if ref.name is None:
+            raise InvalidReference(f"invalid name {shown(name)}")
+        resource = await self._target(ref)
+        answer = await self.client.request(
+            "GET", resource.path(ref.namespace, ref.name), accept=PARTIAL_METADATA
+        )
+        metadata = answer.get("metadata")
+        if not isinstance(metadata, dict) or (
+            metadata.get("name") != ref.name or metadata.get("namespace", ref.namespace) != ref.namespace
+        ):
+            raise KubeError(f"{kind} {shown(ref.namespace + '/' + ref.name)}: unexpected answer", status=404)
+        return self._partial(resolve_api_version(api_version, kind), kind, answer)
 
     async def list_metadata(
         self, api_version: str, kind: str, namespace: str, match_labels: Mapping[str, str]
     ) -> list[dict[str, Any]]:
-        resource = await self.resource_for(api_version, kind)
-        query: list[tuple[str, str]] = []
-        if match_labels:
-            query.append(("labelSelector", ",".join(f"{k}={v}" for k, v in sorted(match_labels.items()))))
-        items, _ = await self.client.list(resource.path(namespace), query=query, accept=PARTIAL_METADATA_LIST)
-        version = api_version or DEFAULT_API_VERSIONS.get(kind, "")
-        return [self._partial(version, kind, item) for item in items]
+        ref = validate_object_ref(api_version, kind, namespace, None, use=Use.LOOKUP)
+        selector = label_selector(match_labels)
+        resource = await self._target(ref)
+        query: list[tuple[str, str]] = [("labelSelector", selector)] if selector else []
+        items, _ = await self.client.list(
+            resource.path(ref.namespace), query=query, accept=PARTIAL_METADATA_LIST
+        )
+        version = resolve_api_version(api_version, kind)
+        out: list[dict[str, Any]] = []
+        for item in items:
+            metadata = item.get("metadata")
+            if isinstance(metadata, dict) and metadata.get("namespace", ref.namespace) == ref.namespace:
+                out.append(self._partial(version, kind, item))
+        return out
 
     @staticmethod
     def _partial(api_version: str, kind: str, answer: Mapping[str, Any]) -> dict[str, Any]:
@@ -207,10 +270,13 @@ class KubeCluster:
     async def annotate(
         self, api_version: str, kind: str, namespace: str, name: str, annotations: Mapping[str, str]
     ) -> None:
-        resource = await self.resource_for(api_version, kind)
+        ref = validate_object_ref(api_version, kind, namespace, name, use=Use.LOOKUP)
+        if ref.name is None:
+            raise InvalidReference(f"invalid name {shown(name)}")
+        resource = await self._target(ref)
         patch = {"metadata": {"annotations": dict(annotations)}}
         await self.client.request(
-            "PATCH", resource.path(namespace, name), body=patch, content_type=MERGE_PATCH
+            "PATCH", resource.path(ref.namespace, ref.name), body=patch, content_type=MERGE_PATCH
         )
 
     async def patch_status(self, ref: ObjectRef, status: Mapping[str, Any]) -> None:
@@ -285,3 +351,34 @@ class KubeCluster:
         self._events.move_to_end(key)
         while len(self._events) > EVENT_CACHE_SIZE:
             self._events.popitem(last=False)
+
+    # ---- workload identity (providers/identity.py) -----------------------------------------------------
+    async def get_service_account(self, namespace: str, name: str) -> dict[str, Any]:
+        """``metadata`` of a ServiceAccount (a direct GET: ServiceAccounts are not cached here)."""
+        answer = await self.client.request("GET", api_path("", "v1", "serviceaccounts", namespace, name))
+        metadata = answer.get("metadata")
+        if not isinstance(metadata, dict) or metadata.get("name") != name:
+            raise KubeError(f"serviceaccount {shown(namespace + '/' + name)}: unexpected answer", status=404)
+        return dict(metadata)
+
+    async def create_service_account_token(
+        self, namespace: str, name: str, audiences: Sequence[str], expiration_seconds: int
+    ) -> tuple[str, float]:
+        """The TokenRequest API (``serviceaccounts/token`` ``create`` in config/rbac)."""
+        body = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"audiences": list(audiences), "expirationSeconds": int(expiration_seconds)},
+        }
+        path = api_path("", "v1", "serviceaccounts", namespace, name) + "/token"
+        answer = await self.client.request("POST", path, body=body)
+        status = answer.get("status")
+        token = status.get("token") if isinstance(status, dict) else None
+        if not isinstance(token, str) or not token:
+            raise KubeError(f"serviceaccount {shown(namespace + '/' + name)}: TokenRequest answered no token")
+        expires = status.get("expirationTimestamp") if isinstance(status, dict) else None
+        try:
+            expires_at = datetime.fromisoformat(str(expires)).timestamp()
+        except ValueError:
+            expires_at = time.time() + expiration_seconds
+        return token, expires_at

@@ -4,7 +4,9 @@
 controllers at construction) and connects in ``start()``; until then ``cluster`` refuses calls.
 Every replica serves events and webhooks from its informer cache; only the Lease holder reconciles,
 and losing the Lease cancels the controllers at once (checklist H3) and stops the process (as Flux,
-the Deployment restarts it and it campaigns again).
+the Deployment restarts it and it campaigns again). Leader election talks to the API server through a
+client of its own (own token bucket and connections), so the Lease is never renewed late because other
+calls used up the shared client's budget.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from ..store.base import ObjectRef, ObjectStore
 from .client import KubeClient
 from .cluster import KubeCluster
 from .informer import Informers, InvalidEntry, InvalidKey, watch_namespace
-from .leader import LeaderElector
+from .leader import LeaderElector, lease_client_budget
+from .metrics import RestClientMetrics
 
 if TYPE_CHECKING:
     from ..controllers.manager import ControllerManager
@@ -71,6 +74,14 @@ class DeferredCluster:
     ) -> None:
         await self._get().emit_event(ref, type_, reason, message, annotations)
 
+    async def get_service_account(self, namespace: str, name: str) -> dict[str, Any]:
+        return await self._get().get_service_account(namespace, name)
+
+    async def create_service_account_token(
+        self, namespace: str, name: str, audiences: Sequence[str], expiration_seconds: int
+    ) -> tuple[str, float]:
+        return await self._get().create_service_account_token(namespace, name, audiences, expiration_seconds)
+
 
 class KubeRuntime:
     def __init__(self, settings: Settings, store: ObjectStore, registry: CollectorRegistry) -> None:
@@ -84,10 +95,13 @@ class KubeRuntime:
         self._tasks: list[asyncio.Task[Any]] = []
         self._invalid_tasks: set[asyncio.Task[None]] = set()
         self.lost = asyncio.Event()  # set when leadership is lost: the App exits
+        self.rest_metrics = RestClientMetrics(registry)
 
     async def start(self) -> list[asyncio.Task[Any]]:
         s = self.settings
-        self.client = await KubeClient.connect(s.kube.kubeconfig, qps=s.kube.qps, burst=s.kube.burst)
+        self.client = await KubeClient.connect(
+            s.kube.kubeconfig, qps=s.kube.qps, burst=s.kube.burst, on_request=self.rest_metrics.observe
+        )
         log.info("connected to the Kubernetes API at %s", self.client.host)
         self.cluster.target = KubeCluster(self.client)
         namespace = watch_namespace(
@@ -111,14 +125,23 @@ class KubeRuntime:
             await controllers.run()
             return
         namespace = s.kube.runtime_namespace or os.environ.get("RUNTIME_NAMESPACE", "")
-        async with LeaderElector(
-            self.client,
-            namespace=namespace,
-            lease_duration=s.leader.lease_duration,
-            renew_deadline=s.leader.renew_deadline,
-            retry_period=s.leader.retry_period,
-            release_on_cancel=s.leader.release_on_cancel,
-        ) as elector:
+        # The Lease gets a client of its own (own token bucket and connections): no burst of calls on the
+        # shared client (event label lookups, reconciles) can queue a renewal behind it (issue 11).
+        qps, burst = lease_client_budget(s.leader.retry_period)
+        lease_client = await KubeClient.from_source(
+            self.client.source, qps=qps, burst=burst, on_request=self.rest_metrics.observe
+        )
+        async with (
+            lease_client,
+            LeaderElector(
+                lease_client,
+                namespace=namespace,
+                lease_duration=s.leader.lease_duration,
+                renew_deadline=s.leader.renew_deadline,
+                retry_period=s.leader.retry_period,
+                release_on_cancel=s.leader.release_on_cancel,
+            ) as elector,
+        ):
             self.elector = elector
             log.info("campaigning for leadership as %s", elector.identity)
             await elector.wait_leading()

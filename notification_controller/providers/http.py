@@ -25,7 +25,7 @@ import aiohttp
 from aiohttp_socks import ProxyConnector, ProxyError
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
 
-from ..core.redact import mask_token, redact_url, redact_urls_in
+from ..core.redact import credential_echoes, mask_token, redact_url, redact_urls_in
 from ..errors import DeliveryError, PermanentDeliveryError, RetryableDeliveryError
 from .base import OutboundRequest, OutboundResponse
 from .retry import backoff, classify_exception, classify_status, describe_exception
@@ -244,9 +244,11 @@ class OutboundHTTP:
             raise PermanentDeliveryError(message, reason=verdict.reason) from None
         verdict = classify_status(response.status, response.headers)
         if response.status < 200 or response.status >= 300:
-            text = _mask(
-                f"request failed with status code {response.status}: {response.text()[:1024]}", masks
-            )
+            # A provider or proxy may echo the request: mask the credentials in the forms sent (Basic,
+            # Proxy-Authorization, URL/JSON-encoded), on the whole body before it is cut (issue 11 item 8).
+            echoes = credential_echoes(masks, headers, proxy or self._env_proxy(url))
+            shown = _mask(response.text(), [*echoes, *masks])[:1024]
+            text = _mask(f"request failed with status code {response.status}: {shown}", masks)
             if verdict.retry:
                 raise RetryableDeliveryError(text, reason=verdict.reason, retry_after=verdict.retry_after)
             raise PermanentDeliveryError(text, reason=verdict.reason)

@@ -65,7 +65,9 @@ class TokenCache:
         max_ttl: float = MAX_TTL,
     ) -> None:
         if capacity < 1:
-            raise ValueError("capacity must be at least 1 (no cache at all: pass None where a cache is taken)")
+            raise ValueError(
+                "capacity must be at least 1 (no cache at all: pass None where a cache is taken)"
+            )
         self._capacity = capacity
         self._max_ttl = max_ttl
         self._clock = clock

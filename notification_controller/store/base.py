@@ -72,7 +72,7 @@ class ObjectStore:
             if old_compiled is not None and old_compiled.alert == obj:
                 return
             self._unindex_alert(key)
-            compiled = compile_alert(obj)
+            compiled = compile_alert(obj, old_compiled)  # unchanged filter lists are reused
             self._alerts[key] = compiled
             for index_key in compiled.index_keys():
                 self._alert_index.setdefault(index_key, {})[key] = compiled
@@ -221,15 +221,14 @@ class ObjectStore:
             return self.secret(namespace, name)
         return None
 
-    def secret_values(self) -> list[str]:
-        """Every Secret value as text (for the log redactor)."""
-        out: list[str] = []
-        for secret in self._secrets.values():
-            for value in secret.data.values():
-                text = value.decode("utf-8", errors="replace").strip()
-                if text:
-                    out.append(text)
-        return out
+
+def secret_data(change: Change) -> Mapping[str, bytes] | None:
+    """The new data of a Secret change (``None``: deleted), for the log redactor's per-Secret update.
+
+    Listeners get one change per Secret, so masking is kept current in O(size of that Secret): never
+    rebuild from every Secret the store holds (that was quadratic at start-up, issue 11 item 3).
+    """
+    return change.obj.data if isinstance(change.obj, Secret) else None
 
 
 @dataclass(frozen=True)
@@ -281,4 +280,16 @@ class Cluster(Protocol):
         self, ref: ObjectRef, type_: str, reason: str, message: str, annotations: Mapping[str, str] | None
     ) -> None:
         """Create or update a Kubernetes Event (``core/v1``) about ``ref``."""
+        ...
+
+    async def get_service_account(self, namespace: str, name: str) -> dict[str, Any]:
+        """The ``metadata`` of a ServiceAccount (its annotations name the cloud identity for workload
+        identity, ``providers/identity.py``). Missing → ``KubeError(status=404)``."""
+        ...
+
+    async def create_service_account_token(
+        self, namespace: str, name: str, audiences: Sequence[str], expiration_seconds: int
+    ) -> tuple[str, float]:
+        """A token for the ServiceAccount with ``audiences`` (the TokenRequest API,
+        ``POST .../serviceaccounts/<name>/token``): ``(token, expiry as a Unix time)``."""
         ...

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,12 +20,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import jwt
 import yaml
 
 from ..api.common import ObjectStatus, Secret
 from ..api.hooks import HOOKS_FINALIZER
 from ..api.objects import Object, parse_object, supported_kind
 from ..api.receiver import Receiver, ReceiverStatus
+from ..core.apiref import InvalidReference, Use, label_selector, shown, validate_object_ref
 from ..errors import ConfigError, KubeError, ManifestError
 from .base import ObjectRef, ObjectStore
 
@@ -34,6 +37,8 @@ SUFFIXES = (".yaml", ".yml", ".json")
 # libyaml's safe loader parses 10x faster than the pure-Python one (start-up with 10k Alerts).
 _LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _UID_NS = uuid.UUID("6b1d0d36-0c3b-4b6f-9d65-3f1f2c4f7a10")
+# Local mode only: a ServiceAccount manifest names the file holding its token (docs/providers/azureeventhub.md).
+LOCAL_TOKEN_FILE_ANNOTATION = "notification-controller.local/token-file"
 
 
 @dataclass
@@ -183,13 +188,18 @@ class LocalCluster:
             raise KubeError(f'{kind} "{namespace}/{name}" not found', status=404)
         return obj
 
+    # get_metadata/list_metadata/annotate take tenant and event input: the same validation and refusal
+    # policy as KubeCluster (core.apiref), so local mode answers exactly what a cluster would.
     async def get_metadata(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any]:
+        _lookup_ref(api_version, kind, namespace, name)
         obj = self._other(kind, namespace, name)
         return {"apiVersion": obj.get("apiVersion", api_version), "kind": kind, "metadata": _meta_copy(obj)}
 
     async def list_metadata(
         self, api_version: str, kind: str, namespace: str, match_labels: Mapping[str, str]
     ) -> list[dict[str, Any]]:
+        _lookup_ref(api_version, kind, namespace, None)
+        label_selector(match_labels)
         out = []
         for (k, ns, _), obj in sorted(self.others.items()):
             labels = obj["metadata"].get("labels") or {}
@@ -206,6 +216,7 @@ class LocalCluster:
     async def annotate(
         self, api_version: str, kind: str, namespace: str, name: str, annotations: Mapping[str, str]
     ) -> None:
+        _lookup_ref(api_version, kind, namespace, name)
         obj = self._other(kind, namespace, name)
         obj["metadata"].setdefault("annotations", {}).update(annotations)
         log.info("requested reconciliation of %s/%s/%s", kind, namespace, name)
@@ -254,6 +265,57 @@ class LocalCluster:
                 update={"metadata": obj.metadata.model_copy(update={"finalizers": self.finalizers[key]})}
             )
         return obj
+
+    # Workload identity: ServiceAccounts are "other" objects of the manifests; there is no API server to
+    # sign their tokens, so a ServiceAccount names a file holding one (LOCAL_TOKEN_FILE_ANNOTATION).
+    async def get_service_account(self, namespace: str, name: str) -> dict[str, Any]:
+        return _meta_copy(self._other("ServiceAccount", namespace, name))
+
+    async def create_service_account_token(
+        self, namespace: str, name: str, audiences: Sequence[str], expiration_seconds: int
+    ) -> tuple[str, float]:
+        meta = self._other("ServiceAccount", namespace, name)["metadata"]
+        where = f"serviceaccount {shown(namespace + '/' + name)}"
+        path = (meta.get("annotations") or {}).get(LOCAL_TOKEN_FILE_ANNOTATION)
+        if not path:
+            raise KubeError(
+                f"{where}: local mode cannot issue ServiceAccount tokens; set the annotation "
+                f"{LOCAL_TOKEN_FILE_ANNOTATION} to a file holding a token issued for it",
+                status=501,
+            )
+        try:
+            token = (await asyncio.to_thread(Path(str(path)).read_text, encoding="utf-8")).strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise KubeError(f"{where}: cannot read the token file: {exc.__class__.__name__}") from exc
+        if not token:
+            raise KubeError(f"{where}: the token file is empty")
+        return token, _token_expiry(token, audiences, where, time.time() + expiration_seconds)
+
+
+def _token_expiry(token: str, audiences: Sequence[str], where: str, default: float) -> float:
+    """When a local ServiceAccount token expires (its ``exp`` claim if it is a JWT), after checking that a
+    JWT's ``aud`` claim names a requested audience (a token minted for another audience would only be
+    refused by the cloud later, with a vaguer message)."""
+    try:
+        claims = jwt.decode(token, options={"verify_signature": False})
+    except jwt.PyJWTError:
+        return default  # not a JWT: used as is
+    aud = claims.get("aud")
+    granted = {aud} if isinstance(aud, str) else set(aud) if isinstance(aud, list) else set()
+    if granted and not granted & set(audiences):
+        raise KubeError(
+            f"{where}: the token file's audiences {sorted(granted)} do not include {list(audiences)}",
+            status=400,
+        )
+    exp = claims.get("exp")
+    return float(exp) if isinstance(exp, int | float) else default
+
+
+def _lookup_ref(api_version: str, kind: str, namespace: str, name: str | None) -> None:
+    """``InvalidReference`` (a 404 ``KubeError``) for what KubeCluster would refuse before any request."""
+    ref = validate_object_ref(api_version, kind, namespace, name, use=Use.LOOKUP)
+    if name is not None and ref.name is None:
+        raise InvalidReference(f"invalid name {shown(name)}")
 
 
 def _meta_copy(obj: Mapping[str, Any]) -> dict[str, Any]:

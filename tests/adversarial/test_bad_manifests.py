@@ -130,7 +130,12 @@ SCHEMA_ERRORS: list[tuple[str, str, str, str]] = [
         "spec.summary",
         "at most 255",
     ),
-    ("a-no-provider", alert("a-no-provider", f"{{{SOURCES}}}"), "spec.providerRef", "required field is missing"),
+    (
+        "a-no-provider",
+        alert("a-no-provider", f"{{{SOURCES}}}"),
+        "spec.providerRef",
+        "required field is missing",
+    ),
     (
         "a-sources-type",
         alert("a-sources-type", "{providerRef: {name: good}, eventSources: Kustomization}"),
@@ -301,14 +306,14 @@ SEMANTIC_ERRORS: list[Semantic] = [
         "Alert",
         "a-inclusion",
         "ValidationFailed",
-        "failed to compile inclusion regex: (unclosed",
+        "failed to compile inclusion regex: (unclosed (missing ))",
         alert("a-inclusion", f"{{providerRef: {{name: good}}, inclusionList: ['(unclosed'], {SOURCES}}}"),
     ),
     Semantic(
         "Alert",
         "a-exclusion",
         "ValidationFailed",
-        "failed to compile exclusion regex: a(?<!b)",
+        "failed to compile exclusion regex: a(?<!b) (invalid perl operator)",
         alert("a-exclusion", f"{{providerRef: {{name: exclusion}}, exclusionList: ['a(?<!b)'], {SOURCES}}}"),
     ),
     Semantic(

@@ -78,7 +78,7 @@ def test_every_flux_flag_is_accepted() -> None:
     assert s.leader.release_on_cancel is False
     notices = compat_notices(s)
     assert any(n.startswith("--watch-configs-label-selector is accepted for compatibility") for n in notices)
-    assert any(n.startswith("--default-service-account has no effect") for n in notices)
+    assert not any(n.startswith("--default-service-account") for n in notices)  # implemented now
     assert compat_notices(parse_args([], environ={})) == []
 
 
