@@ -36,6 +36,7 @@ from ..core import conditions as cond
 from ..core.clock import Clock
 from ..core.redact import Redactor
 from ..errors import KubeError
+from ..logsetup import fields
 from ..store.base import Change, Cluster, Key, ObjectRef, ObjectStore
 from .events import NORMAL, WARNING, EventRecorder
 
@@ -327,7 +328,7 @@ class Reconciler(abc.ABC, Generic[ObjT]):
                     where = "the --hooks-config file" if hook.origin == "controller" else "spec.hooks"
                     return await self._deletion_stalled(obj, str(error), hook.name, where), []
                 message = self.redact(f"deletion blocked: {error}")
-                log.warning("%s: %s", self.describe(obj), message)
+                log.error("%s: %s", self.describe(obj), message, extra=self.log_fields(obj, message))
                 await self.warn(obj, cond.HOOK_FAILED, message)
                 return Result(error=message), []
         remaining = [f for f in finalizers if f not in (FINALIZER, HOOKS_FINALIZER)]
@@ -349,7 +350,7 @@ class Reconciler(abc.ABC, Generic[ObjT]):
             f"from {where} (or 'finalize' from its capabilities) to let the deletion go on, or fix the cause "
             f"and annotate the object with {RECONCILE_REQUEST_ANNOTATION} to try again"
         )
-        log.warning("%s: %s", self.describe(obj), message)
+        log.error("%s: %s", self.describe(obj), message, extra=self.log_fields(obj, message))
         meta = obj.metadata
         draft = StatusDraft(
             ConditionsDraft(obj.status.conditions),
@@ -388,7 +389,12 @@ class Reconciler(abc.ABC, Generic[ObjT]):
         if outcome.failure is not None:
             message = self.redact(str(outcome.failure))
             if not outcome.failure.permanent:
-                log.warning("%s: %s; retrying with backoff", self.describe(obj), message)
+                log.error(
+                    "%s: %s; retrying with backoff",
+                    self.describe(obj),
+                    message,
+                    extra=self.log_fields(obj, message),
+                )
                 await self.warn(obj, cond.HOOK_FAILED, message)
                 return HookStep(result=Result(error=message), write_status=False)
             draft.mark_stalled_by_hook(message, obj.metadata.generation)
@@ -451,3 +457,13 @@ class Reconciler(abc.ABC, Generic[ObjT]):
     @staticmethod
     def describe(obj: Object) -> str:
         return f"{obj.KIND}/{obj.metadata.namespace}/{obj.metadata.name}"
+
+    @staticmethod
+    def log_fields(obj: Object, error: str = "") -> dict[str, dict[str, object]]:
+        """Flux's structured keys for a log line about ``obj`` (``extra=``)."""
+        return fields(
+            name=obj.metadata.name,
+            namespace=obj.metadata.namespace,
+            error=error,
+            **{"reconciler kind": obj.KIND},
+        )

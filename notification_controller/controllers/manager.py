@@ -36,6 +36,7 @@ from ..core.clock import Clock
 from ..core.redact import Redactor
 from ..errors import ControllerError
 from ..hooks.reconcile import ReconcileHooks
+from ..logsetup import fields
 from ..store.base import Change, Cluster, Key, ObjectStore
 from .alert import AlertReconciler
 from .base import Reconciler, Result
@@ -267,17 +268,24 @@ class ControllerManager:
             panic = not isinstance(exc, ControllerError)
             self.metrics.error(kind, *key)
             delay = queue.add_rate_limited(key)
-            # An API error is expected operation (logged without traceback); anything else is a bug.
-            log.log(
-                logging.WARNING if isinstance(exc, ControllerError) else logging.ERROR,
-                "reconcile of %s %s/%s failed (%s: %s); retrying in %.3gs",
+            # An API error is expected operation (logged without traceback); anything else is a bug. Both are
+            # errors in Flux's terms (no warning level), with its structured keys.
+            error = self.redactor(str(exc))
+            log.error(
+                "Reconciler error: %s %s/%s: %s; retrying in %.3gs",
                 kind,
                 key[0],
                 key[1],
-                type(exc).__name__,
-                self.redactor(str(exc)),
+                error,
                 delay,
                 exc_info=not isinstance(exc, ControllerError),
+                extra=fields(
+                    controller=controller,
+                    name=key[1],
+                    namespace=key[0],
+                    error=error,
+                    **{"reconciler kind": kind},
+                ),
             )
             return None
         finally:

@@ -61,3 +61,35 @@ def test_console_encoding_uses_the_same_levels(restore_logging: None) -> None:
     logsetup.configure("info", "console", Redactor(), stream)
     logging.getLogger("x").warning("provider down")
     assert " ERROR " in stream.getvalue() and "WARNING" not in stream.getvalue()
+
+
+async def test_a_reconcile_error_is_logged_with_fluxs_keys(restore_logging: None) -> None:
+    """Issue 16: a failed reconcile logs at error with name, namespace, "reconciler kind" and error."""
+    from notification_controller.api.objects import parse_object
+    from notification_controller.controllers.manager import ControllerManager
+    from notification_controller.core.clock import ManualClock
+    from notification_controller.errors import KubeError
+    from notification_controller.store.base import ObjectStore
+    from tests.support.recording_cluster import RecordingCluster
+
+    stream = io.StringIO()
+    logsetup.configure("error", "json", Redactor(), stream)
+    store = ObjectStore()
+    cluster = RecordingCluster(store)
+    store.upsert(
+        parse_object(
+            {
+                "apiVersion": "notification.toolkit.fluxcd.io/v1beta3",
+                "kind": "Provider",
+                "metadata": {"name": "webhook", "namespace": "apps"},
+                "spec": {"type": "generic", "address": "https://example.com/hook"},
+            }
+        )
+    )
+    cluster.fail_next.append(KubeError("PATCH /apis/...: HTTP 500 boom", status=500))
+    manager = ControllerManager(store, cluster, ManualClock())
+    await manager.process("Provider", ("apps", "webhook"))
+    [record] = [r for r in records(stream) if str(r["msg"]).startswith("Reconciler error")]
+    assert record["level"] == "error"
+    assert (record["name"], record["namespace"], record["reconciler kind"]) == ("webhook", "apps", "Provider")
+    assert "HTTP 500 boom" in str(record["error"])
