@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry
 
 from ..errors import KubeError
+from ..logsetup import fields
 from ..settings import Settings
 from ..store.base import ObjectRef, ObjectStore
 from .client import KubeClient
@@ -172,22 +173,32 @@ class KubeRuntime:
         meta = raw.get("metadata") or {}
         ref = ObjectRef(f"{GROUP}/{_VERSIONS[kind]}", kind, namespace, name, str(meta.get("uid", "")))
         generation = int(meta.get("generation") or 0)
-        message = f"invalid {kind} spec: {error}"
+        # Terminal, as docs/status.md promises: Ready=False and Stalled=True, reason ValidationFailed, with
+        # Flux's prefix for configuration errors (the object cannot be fixed by retrying, only by an edit).
+        message = f"Reconciliation failed terminally due to configuration error: invalid {kind} spec: {error}"
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        condition = {
+            "status": "False",
+            "reason": "ValidationFailed",
+            "message": message[:32768],
+            "lastTransitionTime": now,
+            "observedGeneration": generation,
+        }
         status = {
             "observedGeneration": generation,
             "conditions": [
-                {
-                    "type": "Ready",
-                    "status": "False",
-                    "reason": "ValidationFailed",
-                    "message": message[:32768],
-                    "lastTransitionTime": now,
-                    "observedGeneration": generation,
-                }
+                {"type": "Ready", **condition},
+                {"type": "Stalled", **condition, "status": "True"},
             ],
         }
-        log.warning("%s %s/%s rejected: %s", kind, namespace, name, error)
+        log.error(
+            "%s %s/%s rejected: %s",
+            kind,
+            namespace,
+            name,
+            error,
+            extra=fields(name=name, namespace=namespace, error=error, **{"reconciler kind": kind}),
+        )
 
         async def report() -> None:
             try:

@@ -511,3 +511,35 @@ def test_documented_install_commands_work_on_an_api_server_without_crd_cel(
             "--timeout=30s",
             check=True,
         )
+
+
+def test_a_provider_breaking_a_crd_rule_is_stalled(
+    installed: KubeTestServer, controller: Controller, namespace: str
+) -> None:
+    """The 1.20 server ignores the CRD's CEL rules: the controller reports the Provider as docs/status.md says,
+    Ready=False and Stalled=True, reason ValidationFailed, with Flux's terminal-error prefix."""
+    apply(
+        installed,
+        textwrap.dedent(
+            f"""\
+            apiVersion: notification.toolkit.fluxcd.io/v1beta3
+            kind: Provider
+            metadata: {{name: bad, namespace: {namespace}}}
+            spec: {{type: slack, address: "https://hooks.slack.com/services/x", commitStatusExpr: "'x'"}}
+            """
+        ),
+    )
+
+    def conditions() -> dict[str, tuple[str, str, str]] | None:
+        obj = get(installed, "provider", namespace, "bad") or {}
+        found = {
+            c["type"]: (c["status"], c["reason"], c.get("message", ""))
+            for c in (obj.get("status") or {}).get("conditions") or []
+        }
+        return found if {"Ready", "Stalled"} <= set(found) else None
+
+    found = wait_for(conditions, what="Ready and Stalled on the invalid Provider")
+    assert found["Ready"][:2] == ("False", "ValidationFailed")
+    assert found["Stalled"][:2] == ("True", "ValidationFailed")
+    assert found["Ready"][2].startswith("Reconciliation failed terminally due to configuration error: ")
+    assert "commitStatusExpr is only supported" in found["Ready"][2]
