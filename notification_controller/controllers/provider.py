@@ -31,7 +31,6 @@ import logging
 from ..api.common import Condition, ObjectStatus
 from ..api.provider import COMMIT_STATUS_TYPES, Provider
 from ..core import conditions as cond
-from ..core.cel import CELCompileError, OutputType, compile_expression
 from ..core.clock import Clock
 from ..core.redact import Redactor, mask_values, secret_mask_values
 from ..errors import ObjectReferenceError, ProviderConfigError
@@ -122,6 +121,8 @@ class ProviderReconciler(Reconciler[Provider]):
         if errors:
             return self._terminal(obj, draft, cond.VALIDATION_FAILED, "; ".join(errors), generation)
         if spec.commit_status_expr is not None and spec.type in COMMIT_STATUS_TYPES:
+            from ..core.cel import CELCompileError, OutputType, compile_expression  # on first use (issue 17)
+
             try:
                 compile_expression(
                     spec.commit_status_expr, variables=COMMIT_STATUS_VARIABLES, output=OutputType.STRING

@@ -22,14 +22,14 @@ import logging
 import re
 from collections.abc import Sequence
 
-from ..api.receiver import OIDCProvider, Receiver, ReceiverSpec, ReceiverStatus, ReceiverType
+from ..api.receiver import OIDCProvider, Receiver, ReceiverSpec, ReceiverStatus
 from ..core import conditions as cond
-from ..core.cel import CELCompileError, OutputType, compile_expression
 from ..core.clock import Clock
 from ..core.duration import format_duration
 from ..core.redact import Redactor
 from ..core.webhook import path_digest_prefix, webhook_path
 from ..hooks.reconcile import ReconcileHooks, receiver_children
+from ..receivers import registry
 from ..store.base import Cluster, Key, ObjectRef, ObjectStore
 from .base import DONE, ConditionsDraft, Reconciler, Result, StatusDraft
 from .events import NORMAL, EventRecorder
@@ -45,17 +45,17 @@ def _goq(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
-def filter_variables(receiver_type: ReceiverType) -> list[str]:
-    """Variables of the resource filters: ``res``, ``req`` (+ ``claims`` for generic-oidc), reference §5.5."""
-    names = ["res", "req"]
-    if receiver_type == ReceiverType.GENERIC_OIDC:
-        names.append("claims")
-    return names
-
-
 def cel_error(spec: ReceiverSpec) -> str | None:
-    """Step 4: compile ``spec.resourceFilter`` and every ``spec.resources[].filter`` as bool expressions."""
-    variables = filter_variables(spec.type)
+    """Step 4: compile ``spec.resourceFilter`` and every ``spec.resources[].filter`` as bool expressions.
+
+    The variables are the type's (``registry.TypeRecord.filter_variables``, reference §5.5). CEL is imported
+    only when there is an expression to compile (issue 17: a process without one never loads it).
+    """
+    if not spec.resource_filter and not any(resource.filter for resource in spec.resources):
+        return None
+    from ..core.cel import CELCompileError, OutputType, compile_expression
+
+    variables = list(registry.record(spec.type).filter_variables)
     if spec.resource_filter:
         try:
             compile_expression(spec.resource_filter, variables=variables, output=OutputType.BOOL)
@@ -74,8 +74,12 @@ def cel_error(spec: ReceiverSpec) -> str | None:
 
 
 def cross_field_error(spec: ReceiverSpec) -> str | None:
-    """Step 5: the CRD's cross-field rules, with the reconciler's messages (reference §6.3)."""
-    oidc = spec.type == ReceiverType.GENERIC_OIDC
+    """Step 5: the CRD's cross-field rules, with the reconciler's messages (reference §6.3).
+
+    A type reads either a Secret or ``oidcProviders`` (``registry.TypeRecord.needs_secret``); the only type
+    of the second kind is generic-oidc, which Flux's messages name.
+    """
+    oidc = not registry.record(spec.type).needs_secret
     if oidc and not spec.oidc_providers:
         return "generic-oidc receiver requires at least one oidcProvider"
     if not oidc and spec.oidc_providers:
@@ -116,6 +120,10 @@ def oidc_spec_error(providers: Sequence[OIDCProvider]) -> str | None:
 
 def oidc_cel_error(providers: Sequence[OIDCProvider]) -> str | None:
     """Step 6b: ``CompileOIDCProviders``: variables (any output) and validations (bool) see ``claims``, ``vars``."""
+    if not providers:
+        return None
+    from ..core.cel import CELCompileError, OutputType, compile_expression  # on first use (issue 17)
+
     variables = ["claims", "vars"]
     for i, provider in enumerate(providers):
         where = f"oidcProviders[{i}]"
@@ -241,16 +249,7 @@ class ReceiverReconciler(Reconciler[Receiver]):
 
     def _token(self, obj: Receiver) -> tuple[bytes, str | None]:
         """Step 8: the raw ``token`` of ``spec.secretRef`` (empty for generic-oidc), with Flux's error texts."""
-        if obj.spec.type == ReceiverType.GENERIC_OIDC or obj.spec.secret_ref is None:
-            return b"", None
-        ns, name = obj.metadata.namespace, obj.spec.secret_ref.name
-        secret = self.store.secret(ns, name)
-        if secret is None:
-            return (
-                b"",
-                f"unable to read token from secret '{ns}/{name}' error: secrets {_goq(name)} not found",
-            )
-        token = secret.data.get("token")
-        if token is None:
-            return b"", f"invalid '{ns}/{name}' secret data: required fields 'token'"
-        return token, None
+        try:
+            return registry.secret_token(obj, registry.read_secret(obj, self.store)), None
+        except registry.TokenUnavailable as exc:
+            return b"", exc.condition

@@ -11,7 +11,8 @@ Reference §5.6, in Flux's order and with its messages:
 5. CEL ``variables`` in order into ``vars`` (each sees ``claims`` and the earlier ``vars``), then every
    ``validations`` entry; the failing messages are joined → ``token validation failed: m1; m2``.
 
-The claims are exposed to the resource filters as ``claims``.
+The claims are exposed to the resource filters as ``claims``. CEL is imported on the first request that gets
+to step 5 (issue 17), so a process that never serves this type never loads it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from __future__ import annotations
 from typing import Any
 
 from ..api.receiver import DEFAULT_OIDC_AUDIENCE
-from ..core.cel import CELError, OutputType, compile_expression
 from ..errors import VerificationError
 from .base import HookRequest, Verified, VerifyContext
 from .oidc import OIDCError, bearer_token, unverified_claims
@@ -57,6 +57,8 @@ async def verify(req: HookRequest, ctx: VerifyContext) -> Verified:
         )
     except OIDCError as exc:
         raise VerificationError(f"failed to verify OIDC token: {exc}") from None
+
+    from ..core.cel import CELError, OutputType, compile_expression
 
     variables: dict[str, Any] = {}
     for variable in provider.variables or []:

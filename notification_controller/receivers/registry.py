@@ -1,7 +1,15 @@
-"""The explicit map from receiver type to verifier, and the common steps around it (reference §5.2 step 4).
+"""The declarative record of every receiver type, and the common steps around the verifiers (reference §5.2).
 
-Adding a type = one module with ``async def verify(req, ctx) -> Verified`` + one line in ``VERIFIERS``.
-``tests/conformance/test_receiver_conformance.py`` asserts registry == CRD enum == ``docs/receivers/*.md``.
+Each ``ReceiverType`` maps to one frozen ``TypeRecord``: its verifier, whether it reads a Secret, whether it
+authenticates the sender, and the variables its CEL resource filters see. The reconciler
+(``controllers/receiver.py``) and the webhook server (``server/receivers.py``) read these fields instead of
+testing for a type, so a new type is one module with ``async def verify(req, ctx) -> Verified`` + one line in
+``TYPES`` (``LazyVerifier("<module>")``: verifiers are imported on first use). ``tests/conformance/test_receiver_conformance.py`` asserts registry == CRD enum ==
+``docs/receivers/*.md``.
+
+The Secret's ``token`` is read in one place, ``secret_token``: a missing Secret or key raises
+``TokenUnavailable``, which carries both of Flux's wordings (the webhook answer's and the reconciler's
+condition, reference §5.2 and §6.3), so no caller writes its own.
 
 ``path_is_current`` is the step before all of them (issue 11 item 9). Flux finds a Receiver by
 ``status.webhookPath``, which only the leader's reconcile rewrites: after the token in the Secret is rotated,
@@ -13,53 +21,137 @@ is answered exactly like an unknown one (404).
 
 from __future__ import annotations
 
+import functools
 import hmac
+import importlib
+import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 
 from ..api.common import Secret
 from ..api.receiver import Receiver, ReceiverType
 from ..core.webhook import webhook_path
 from ..errors import VerificationError
-from . import (
-    acr,
-    bitbucket,
-    cdevents,
-    dockerhub,
-    gcr,
-    generic,
-    generic_hmac,
-    generic_oidc,
-    github,
-    gitlab,
-    harbor,
-    nexus,
-    quay,
-)
+from ..store.base import ObjectStore
 from .base import TOKEN_KEY, HookRequest, Verified, Verifier, VerifyContext
 
-VERIFIERS: Mapping[ReceiverType, Verifier] = MappingProxyType(
+FILTER_VARIABLES: tuple[str, ...] = ("res", "req")
+
+
+@functools.cache
+def _load(module: str) -> Verifier:
+    verifier: Verifier = importlib.import_module(f"{__package__}.{module}").verify
+    return verifier
+
+
+@dataclass(frozen=True)
+class LazyVerifier:
+    """``<module>.verify``, imported on the type's first request (issue 17).
+
+    The reconciler reads this registry too; importing every verifier with it would load the OIDC stack
+    (PyJWT, cryptography: ~5 MB) into a process that may never serve generic-oidc or gcr.
+    """
+
+    module: str
+
+    async def __call__(self, req: HookRequest, ctx: VerifyContext) -> Verified:
+        return await _load(self.module)(req, ctx)
+
+
+@dataclass(frozen=True)
+class TypeRecord:
+    """What the reconciler and the server need to know about one receiver type.
+
+    * ``verify``: the type's verifier (run after the Secret check);
+    * ``needs_secret``: the type reads ``spec.secretRef`` (its ``token`` makes the webhook path); the others
+      use ``spec.oidcProviders`` instead and their path is made from the empty token (generic-oidc);
+    * ``authenticates``: the verifier checks the sender (False: the secret path is the only protection);
+    * ``filter_variables``: the variables declared to the CEL resource filters (reference §5.5).
+    """
+
+    verify: Verifier  # a ``LazyVerifier`` naming the type's module in this package
+    needs_secret: bool = True
+    authenticates: bool = True
+    filter_variables: tuple[str, ...] = FILTER_VARIABLES
+
+
+TYPES: Mapping[ReceiverType, TypeRecord] = MappingProxyType(
     {
-        ReceiverType.GENERIC: generic.verify,
-        ReceiverType.GENERIC_HMAC: generic_hmac.verify,
-        ReceiverType.GENERIC_OIDC: generic_oidc.verify,
-        ReceiverType.GITHUB: github.verify,
-        ReceiverType.GITLAB: gitlab.verify,
-        ReceiverType.BITBUCKET: bitbucket.verify,
-        ReceiverType.HARBOR: harbor.verify,
-        ReceiverType.DOCKERHUB: dockerhub.verify,
-        ReceiverType.QUAY: quay.verify,
-        ReceiverType.GCR: gcr.verify,
-        ReceiverType.NEXUS: nexus.verify,
-        ReceiverType.ACR: acr.verify,
-        ReceiverType.CDEVENTS: cdevents.verify,
+        ReceiverType.GENERIC: TypeRecord(LazyVerifier("generic"), authenticates=False),
+        ReceiverType.GENERIC_HMAC: TypeRecord(LazyVerifier("generic_hmac")),
+        ReceiverType.GENERIC_OIDC: TypeRecord(
+            LazyVerifier("generic_oidc"), needs_secret=False, filter_variables=(*FILTER_VARIABLES, "claims")
+        ),
+        ReceiverType.GITHUB: TypeRecord(LazyVerifier("github")),
+        ReceiverType.GITLAB: TypeRecord(LazyVerifier("gitlab")),
+        ReceiverType.BITBUCKET: TypeRecord(LazyVerifier("bitbucket")),
+        ReceiverType.HARBOR: TypeRecord(LazyVerifier("harbor")),
+        ReceiverType.DOCKERHUB: TypeRecord(LazyVerifier("dockerhub"), authenticates=False),
+        ReceiverType.QUAY: TypeRecord(LazyVerifier("quay"), authenticates=False),
+        ReceiverType.GCR: TypeRecord(LazyVerifier("gcr")),
+        ReceiverType.NEXUS: TypeRecord(LazyVerifier("nexus")),
+        ReceiverType.ACR: TypeRecord(LazyVerifier("acr"), authenticates=False),
+        ReceiverType.CDEVENTS: TypeRecord(LazyVerifier("cdevents"), authenticates=False),
     }
 )
 
-# Types that never authenticate the sender (the secret webhook path is the only protection).
-UNAUTHENTICATED: frozenset[ReceiverType] = frozenset(
-    {ReceiverType.GENERIC, ReceiverType.DOCKERHUB, ReceiverType.QUAY, ReceiverType.ACR, ReceiverType.CDEVENTS}
-)
+# Views of ``TYPES`` (the conformance kit reads them).
+VERIFIERS: Mapping[ReceiverType, Verifier] = MappingProxyType({t: r.verify for t, r in TYPES.items()})
+UNAUTHENTICATED: frozenset[ReceiverType] = frozenset(t for t, r in TYPES.items() if not r.authenticates)
+
+
+def record(receiver_type: ReceiverType) -> TypeRecord:
+    """The record of ``receiver_type`` (every enum value has one; a test asserts it)."""
+    return TYPES[receiver_type]
+
+
+class TokenUnavailable(VerificationError):
+    """The Receiver's Secret, or its ``token`` key, is missing.
+
+    ``str(exc)`` is the webhook server's text (Flux's receiver handler, answered 400); ``condition`` is the
+    reconciler's (Flux's ``ReceiverReconciler.token``, ``Ready=False TokenNotFound``). Flux words them
+    differently and both are pinned, so both are written here and nowhere else.
+    """
+
+    def __init__(self, namespace: str, name: str, *, secret_found: bool) -> None:
+        where = f"{namespace}/{name}"
+        if secret_found:
+            message = f"invalid \"{where}\" secret data: required field '{TOKEN_KEY}'"
+            self.condition = f"invalid '{where}' secret data: required fields '{TOKEN_KEY}'"
+        else:
+            message = f'unable to read secret, error: Secret "{where}" not found'
+            self.condition = (
+                f"unable to read token from secret '{where}' error: "
+                f"secrets {json.dumps(name, ensure_ascii=False)} not found"
+            )
+        super().__init__(message)
+
+
+def read_secret(receiver: Receiver, store: ObjectStore) -> Secret | None:
+    """The Secret ``receiver`` reads, as ``store`` holds it now (None: the type has none, or it is missing)."""
+    ref = receiver.spec.secret_ref
+    if ref is None or not record(receiver.spec.type).needs_secret:
+        return None
+    return store.secret(receiver.metadata.namespace, ref.name)
+
+
+def secret_token(receiver: Receiver, secret: Secret | None) -> bytes:
+    """The raw ``token`` of ``receiver``'s Secret (never trimmed, reference §9), given ``read_secret``'s answer.
+
+    Empty for a type without a Secret (generic-oidc) and for a spec without ``secretRef`` (which the CRD's
+    cross-field rules refuse; an old API server stores it, and the reconciler marks it Stalled before this).
+    Raises ``TokenUnavailable`` when the Secret or its ``token`` key is missing.
+    """
+    ref = receiver.spec.secret_ref
+    if ref is None or not record(receiver.spec.type).needs_secret:
+        return b""
+    if secret is None:
+        raise TokenUnavailable(receiver.metadata.namespace, ref.name, secret_found=False)
+    token = secret.data.get(TOKEN_KEY)
+    if token is None:
+        raise TokenUnavailable(receiver.metadata.namespace, ref.name, secret_found=True)
+    return token
 
 
 def path_is_current(path: str, receiver: Receiver, secret: Secret | None) -> bool:
@@ -68,33 +160,25 @@ def path_is_current(path: str, receiver: Receiver, secret: Secret | None) -> boo
     * A spec that breaks the CRD's cross-field rules (an API server < 1.25 stores it; the reconciler marks
       it Stalled) has no current path: e.g. a ``generic`` Receiver whose ``secretRef`` was removed would
       otherwise authenticate nothing while its old status still reads Ready.
-    * ``generic-oidc`` has no Secret: its path is computed from the empty token, as the reconciler does.
+    * A type without a Secret (generic-oidc): the path is computed from the empty token, as the reconciler does.
     * A missing Secret or ``token`` key is left to ``verify`` (400 with Flux's message, reference §5.2).
     """
     if receiver.spec.validation_errors():
         return False
-    if receiver.spec.type == ReceiverType.GENERIC_OIDC:
-        token = b""
-    elif secret is None or TOKEN_KEY not in secret.data:
+    try:
+        token = secret_token(receiver, secret)
+    except TokenUnavailable:
         return True
-    else:
-        token = secret.data[TOKEN_KEY]
     meta = receiver.metadata
     expected = webhook_path(token, meta.name, meta.namespace).encode("ascii")
     return hmac.compare_digest(expected, path.encode("utf-8", errors="surrogateescape"))
 
 
 async def verify(req: HookRequest, ctx: VerifyContext) -> Verified:
-    """Check the Secret (every type but generic-oidc), then run the type's verifier."""
+    """Check the Secret (types that have one), then run the type's verifier."""
     receiver = ctx.receiver
-    ref = receiver.spec.secret_ref
-    if ref is not None:
-        where = f"{receiver.metadata.namespace}/{ref.name}"
-        if ctx.secret is None:
-            raise VerificationError(f'unable to read secret, error: Secret "{where}" not found')
-        if TOKEN_KEY not in ctx.secret.data:
-            raise VerificationError(f"invalid \"{where}\" secret data: required field 'token'")
-    verifier = VERIFIERS.get(receiver.spec.type)
-    if verifier is None:  # unreachable while the enum and the registry agree (a test asserts it)
+    secret_token(receiver, ctx.secret)  # raises TokenUnavailable (400) with Flux's message
+    entry = TYPES.get(receiver.spec.type)
+    if entry is None:  # unreachable while the enum and the registry agree (a test asserts it)
         raise VerificationError(f"recevier type {receiver.spec.type!r} not supported")
-    return await verifier(req, ctx)
+    return await entry.verify(req, ctx)

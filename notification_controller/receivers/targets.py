@@ -17,15 +17,17 @@ lookup returns from another namespace (or under another name) are never annotate
 goes to the validated (namespace, name), not to whatever the answer says. A refused, malformed or missing
 reference all end the same way — one error, no filter, no patch — so the answer (500) tells nothing about
 what exists.
+
+CEL is imported on the first expression (issue 17): a Receiver without filters never loads it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..api import RECONCILE_REQUEST_ANNOTATION
 from ..api.receiver import Receiver, ReceiverResource
@@ -37,17 +39,20 @@ from ..core.apiref import (
     label_selector,
     validate_object_ref,
 )
-from ..core.cel import CELError, Expression, OutputType, compile_expression
 from ..core.clock import Clock, go_time_string
 from ..errors import KubeError
 from ..store.base import Cluster
 from .base import RawHeaders, load_json
 from .signatures import SignatureError, media_type
 
+if TYPE_CHECKING:
+    from ..core.cel import Expression
+
 log = logging.getLogger(__name__)
 
 __all__ = [
     "DEFAULT_API_VERSIONS",
+    "FilterError",
     "Filters",
     "RequestBodyError",
     "Trigger",
@@ -59,6 +64,10 @@ __all__ = [
 
 class RequestBodyError(ValueError):
     """The body must be JSON for the filters but is not (pinned: 400, Flux answered 500)."""
+
+
+class FilterError(ValueError):
+    """A filter does not compile: a configuration fault, answered 500. The message is the CEL compiler's."""
 
 
 @dataclass(frozen=True)
@@ -73,19 +82,30 @@ class Filters:
         return self.top is not None or any(f is not None for f in self.per_resource)
 
 
-def compile_filters(receiver: Receiver, *, with_claims: bool) -> Filters:
-    """Compile the filters (``CELError`` on a bad expression: a configuration fault, answered 500)."""
-    variables = ["res", "req", "claims"] if with_claims else ["res", "req"]
+def compile_filters(receiver: Receiver, variables: Sequence[str]) -> Filters:
+    """Compile the filters over ``variables`` (the type's, ``registry.TypeRecord.filter_variables``).
+
+    ``FilterError`` on a bad expression. Without any expression, CEL is not imported.
+    """
+    spec = receiver.spec
+    if not spec.resource_filter and not any(r.filter for r in spec.resources):
+        return Filters(top=None, per_resource=(None,) * len(spec.resources))
+    from ..core.cel import CELError, OutputType, compile_expression
+
+    declared = list(variables)
 
     def build(source: str | None) -> Expression | None:
         if not source:
             return None
-        return compile_expression(source, variables=variables, output=OutputType.BOOL)
+        return compile_expression(source, variables=declared, output=OutputType.BOOL)
 
-    return Filters(
-        top=build(receiver.spec.resource_filter),
-        per_resource=tuple(build(r.filter) for r in receiver.spec.resources),
-    )
+    try:
+        return Filters(
+            top=build(spec.resource_filter),
+            per_resource=tuple(build(r.filter) for r in spec.resources),
+        )
+    except CELError as exc:
+        raise FilterError(str(exc)) from None
 
 
 def request_value(headers: RawHeaders, body: bytes) -> dict[str, Any]:
@@ -235,6 +255,8 @@ class Trigger:
         kind, ns = ref.kind, ref.namespace
         label = f"{kind}/{name}.{ns}"
         if any(e is not None for e in exprs):
+            from ..core.cel import CELError  # loaded already: the expressions were compiled with it
+
             activation: dict[str, Any] = {"res": obj, "req": req or {}}
             if claims is not None:
                 activation["claims"] = claims

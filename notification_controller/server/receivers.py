@@ -37,9 +37,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from ..api.common import Secret
-from ..api.receiver import Receiver, ReceiverType
-from ..core.cel import CELError
+from ..api.receiver import Receiver
 from ..core.clock import Clock, SystemClock
 from ..core.conditions import is_ready
 from ..core.webhook import HOOK_PREFIX, path_digest_prefix
@@ -48,7 +46,7 @@ from ..receivers import registry
 from ..receivers.base import GCRSettings, HookRequest, RawHeaders, VerifyContext
 from ..receivers.guards import ReplayCache, TokenBucket
 from ..receivers.oidc import OIDCClient
-from ..receivers.targets import RequestBodyError, Trigger, compile_filters, request_value
+from ..receivers.targets import FilterError, RequestBodyError, Trigger, compile_filters, request_value
 from ..store.base import Cluster, ObjectStore
 
 log = logging.getLogger(__name__)
@@ -363,7 +361,7 @@ class ReceiverServer:
             return _Answer(404, "not_found")
         rtype = str(receiver.spec.type)
         who = f"{receiver.metadata.namespace}/{receiver.metadata.name}"
-        secret = self._secret(receiver)  # one read: the Secret that vouches for the path also verifies
+        secret = registry.read_secret(receiver, self.store)  # one read: it vouches for the path and verifies
         if not registry.path_is_current(path, receiver, secret):
             may_log, suppressed = self._log_budget.take(who)
             if may_log:
@@ -439,8 +437,8 @@ class ReceiverServer:
     ) -> _Answer:
         rtype = str(receiver.spec.type)
         try:
-            filters = compile_filters(receiver, with_claims=claims is not None)
-        except CELError as exc:
+            filters = compile_filters(receiver, registry.record(receiver.spec.type).filter_variables)
+        except FilterError as exc:
             log.error("receiver %s (hook %s): unable to create CEL evaluator: %s", who, hook, exc)
             return _Answer(500, "error", rtype)
         req: dict[str, Any] | None = None
@@ -460,12 +458,6 @@ class ReceiverServer:
                 log.error("receiver %s (hook %s): unable to request reconciliation: %s", who, hook, error)
             return _Answer(500, "patch_failed", rtype)
         return _Answer(200, "accepted", rtype)
-
-    def _secret(self, receiver: Receiver) -> Secret | None:
-        ref = receiver.spec.secret_ref
-        if ref is None or receiver.spec.type == ReceiverType.GENERIC_OIDC:
-            return None
-        return self.store.secret(receiver.metadata.namespace, ref.name)
 
 
 SERVER_KEY = web.AppKey("receiver_server", ReceiverServer)
