@@ -65,15 +65,19 @@ _EVENT_FIELDS = (
     "reportingController",
     "reportingInstance",
 )
-_OBJ_CANON = {f.lower(): f for f in _OBJ_FIELDS}
-_EVENT_CANON = {f.lower(): f for f in _EVENT_FIELDS}
+# lower-case name → field, plus each field's own spelling (what Flux sends) so that the common case needs
+# no ``lower()``: the same answer, since a canonical name lowers to its own lower-case entry.
+_OBJ_CANON = {f.lower(): f for f in _OBJ_FIELDS} | {f: f for f in _OBJ_FIELDS}
+_EVENT_CANON = {f.lower(): f for f in _EVENT_FIELDS} | {f: f for f in _EVENT_FIELDS}
 
 
 def _canonical_keys(raw: dict[str, Any], canon: dict[str, str]) -> dict[str, Any]:
     """Go matches JSON keys to struct fields case-insensitively; unknown keys are dropped."""
     out: dict[str, Any] = {}
     for key, value in raw.items():
-        name = canon.get(key.lower()) if isinstance(key, str) else None
+        name = canon.get(key)
+        if name is None and isinstance(key, str):
+            name = canon.get(key.lower())
         if name is not None:
             out[name] = value
     return out

@@ -64,11 +64,22 @@ _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct",
 
 def rfc1123_utc(moment: datetime) -> str:
     """``Mon, 02 Jan 2006 15:04:05 UTC`` (Go's http.TimeFormat with UTC), without locale-dependent strftime."""
-    t = moment.astimezone(UTC)
-    return (
-        f"{_DAYS[t.weekday()]}, {t.day:02d} {_MONTHS[t.month - 1]} {t.year} "
-        f"{t.hour:02d}:{t.minute:02d}:{t.second:02d} UTC"
-    )
+    t = moment if moment.tzinfo is UTC else moment.astimezone(UTC)
+    # Every event in the same second gets the same reset time (a new key's window ends ``interval`` from
+    # now): remember the last few strings instead of formatting each again (issue 17, the ingest path).
+    second = t.replace(microsecond=0)
+    text = _formatted.get(second)
+    if text is None:
+        if len(_formatted) >= 8:
+            _formatted.clear()
+        text = _formatted[second] = (
+            f"{_DAYS[t.weekday()]}, {t.day:02d} {_MONTHS[t.month - 1]} {t.year} "
+            f"{t.hour:02d}:{t.minute:02d}:{t.second:02d} UTC"
+        )
+    return text
+
+
+_formatted: dict[datetime, str] = {}  # UTC datetime to the second → its text: a bounded cache
 
 
 class _Bucket:

@@ -20,7 +20,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import jwt
 import yaml
 
 from ..api.common import ObjectStatus, Secret
@@ -296,6 +295,8 @@ def _token_expiry(token: str, audiences: Sequence[str], where: str, default: flo
     """When a local ServiceAccount token expires (its ``exp`` claim if it is a JWT), after checking that a
     JWT's ``aud`` claim names a requested audience (a token minted for another audience would only be
     refused by the cloud later, with a vaguer message)."""
+    import jwt  # lazy: PyJWT pulls in cryptography (~7.7 MB RSS), needed only here
+
     try:
         claims = jwt.decode(token, options={"verify_signature": False})
     except jwt.PyJWTError:
