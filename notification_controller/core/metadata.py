@@ -49,6 +49,40 @@ def combine_metadata(
     Returns the prefix-stripped metadata and, for keys set by more than one source, the sources in
     that order (Flux emits one ``MetadataAppendFailed`` Warning listing them).
     """
+    prefix_len = len(EVENT_ANNOTATION_PREFIX)
+    group_prefix = object_group + "/"
+    group_len = len(group_prefix)
+    # Fast pass (every event, once per matching Alert): build the result without tracking sources.
+    # A key set twice shows as fewer keys than puts; only then take the pass that names the sources.
+    out: dict[str, str] = {}
+    puts = 0
+    controller: list[str] = []
+    for key, value in metadata.items():
+        if key.startswith(EVENT_ANNOTATION_PREFIX):
+            out[key[prefix_len:]] = value
+            puts += 1
+        elif key.startswith(group_prefix):
+            controller.append(key)
+    if alert_event_metadata:
+        out.update(alert_event_metadata)
+        puts += len(alert_event_metadata)
+    if alert_summary:
+        out["summary"] = alert_summary
+        puts += 1
+    for key in controller:
+        out[key[group_len:]] = metadata[key]
+    puts += len(controller)
+    if len(out) == puts:
+        return CombinedMetadata(out)
+    return _combine_with_sources(metadata, group_prefix, alert_event_metadata, alert_summary)
+
+
+def _combine_with_sources(
+    metadata: Mapping[str, str],
+    group_prefix: str,
+    alert_event_metadata: Mapping[str, str] | None,
+    alert_summary: str | None,
+) -> CombinedMetadata:
     sources: dict[str, list[str]] = {}
     out: dict[str, str] = {}
 
@@ -63,7 +97,6 @@ def combine_metadata(
         put(key, value, SOURCE_ALERT_METADATA)
     if alert_summary:
         put("summary", alert_summary, SOURCE_ALERT_SUMMARY)
-    group_prefix = object_group + "/"
     for key, value in metadata.items():
         if key.startswith(group_prefix) and not key.startswith(EVENT_ANNOTATION_PREFIX):
             put(key[len(group_prefix) :], value, SOURCE_CONTROLLER)

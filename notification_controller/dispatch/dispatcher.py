@@ -6,6 +6,7 @@ counted and evented on the Alert, never re-queued. Beyond Flux:
   cap on pending notifications (``max_pending``); what the cap refuses is counted in
   ``notification_dropped_total{reason="overload"}``, never silent;
 * notifiers (options, TLS contexts) are built once per Provider/Secret version, not per event;
+* so are, on the hot path, the metric children of a provider type and the delivery context of an Alert;
 * shutdown drains in-flight deliveries within a deadline and counts what it had to abandon.
 """
 
@@ -53,6 +54,7 @@ from .model import Drop, EventSink, Notification, Stage
 log = logging.getLogger(__name__)
 
 WARNING = "Warning"
+MAX_CACHED_CONTEXTS = 4096
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,20 @@ class _Lane:
     def __init__(self) -> None:
         self.queue: deque[tuple[Notification, float]] = deque()
         self.workers = 0
+
+
+_NO_SECRETS: tuple[None, None, None] = (None, None, None)
+
+
+class _TypeMetrics:
+    """The metric children of one provider type, resolved once: ``labels()`` costs more than ``inc()``."""
+
+    __slots__ = ("delivered", "duration", "notifications")
+
+    def __init__(self, metrics: EventMetrics, ptype: str) -> None:
+        self.notifications = metrics.notifications.labels(provider_type=ptype)
+        self.delivered = metrics.delivered.labels(provider_type=ptype)
+        self.duration = metrics.delivery_duration.labels(provider_type=ptype)
 
 
 @dataclass
@@ -114,6 +130,8 @@ class Dispatcher:
         self._pending = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._notifiers: dict[tuple[str, str], _CachedNotifier] = {}
+        self._contexts: dict[tuple[str, str], DeliveryContext] = {}  # per Alert: ``_context_for``
+        self._type_metrics: dict[str, _TypeMetrics] = {}  # children are never removed: safe to keep
         self._accepting = True
         self._interrupted = 0  # in-flight deliveries cancelled by shutdown
         self.filters = FilterOffload()  # heavy message filters run off the loop (filtering.py)
@@ -370,6 +388,8 @@ class Dispatcher:
     def _referenced_secrets(self, provider: Provider) -> tuple[Secret | None, ...]:
         spec, ns = provider.spec, provider.metadata.namespace
         refs = (spec.secret_ref, spec.cert_secret_ref, spec.proxy_secret_ref)
+        if refs[0] is None and refs[1] is None and refs[2] is None:  # nothing to look up per event
+            return _NO_SECRETS
         return tuple(self.store.secret(ns, r.name) if r else None for r in refs)
 
     def _notifier_for(self, provider: Provider) -> tuple[ProviderOptions, Notifier]:
@@ -417,10 +437,16 @@ class Dispatcher:
         lane.queue.append((notification, time.monotonic()))
         self._pending += 1
         self.metrics.pending.set(self._pending)
-        self.metrics.notifications.labels(provider_type=ptype).inc()
+        self._metrics_for(ptype).notifications.inc()
         if lane.workers < self.settings.provider_concurrency:
             lane.workers += 1
             self._spawn(self._worker(key, lane))
+
+    def _metrics_for(self, ptype: str) -> _TypeMetrics:
+        children = self._type_metrics.get(ptype)
+        if children is None:
+            children = self._type_metrics[ptype] = _TypeMetrics(self.metrics, ptype)
+        return children
 
     async def _worker(self, key: tuple[str, str], lane: _Lane) -> None:
         try:
@@ -460,9 +486,7 @@ class Dispatcher:
                     self._warn(notification.alert, "NotificationDropped", result.message or result.reason)
                 return
             notification = result
-        ctx = DeliveryContext(
-            http=self.http, alert=notification.alert, tokens=self.tokens, identity=self.identity
-        )
+        ctx = self._context_for(notification.alert)
         try:
             await notification.notifier.post(notification.event, ctx)
         except DeliveryError as exc:
@@ -475,9 +499,21 @@ class Dispatcher:
                 "notifier %s raised %s", ptype, type(exc).__name__, exc_info=log.isEnabledFor(logging.DEBUG)
             )
         else:
-            self.metrics.delivered.labels(provider_type=ptype).inc()
+            self._metrics_for(ptype).delivered.inc()
         finally:
-            self.metrics.delivery_duration.labels(provider_type=ptype).observe(time.monotonic() - queued_at)
+            self._metrics_for(ptype).duration.observe(time.monotonic() - queued_at)
+
+    def _context_for(self, alert: Alert) -> DeliveryContext:
+        """One immutable context per Alert version, not one per delivery."""
+        key = (alert.metadata.namespace, alert.metadata.name)
+        ctx = self._contexts.get(key)
+        if ctx is None or ctx.alert is not alert:
+            if len(self._contexts) >= MAX_CACHED_CONTEXTS:  # deleted Alerts must not accumulate
+                self._contexts.clear()
+            ctx = self._contexts[key] = DeliveryContext(
+                http=self.http, alert=alert, tokens=self.tokens, identity=self.identity
+            )
+        return ctx
 
     def _delivery_failed(self, notification: Notification, error: str) -> None:
         for secret in notification.options.masks():

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import ClassVar
 
 from ..api.event import Event
@@ -31,11 +33,16 @@ class GenericNotifier(HTTPNotifier):
     def __init__(self, opts: ProviderOptions) -> None:
         super().__init__(opts)
         require_url(opts.address)
+        # The headers depend on the event only through its reporting controller: built again when it
+        # changes, shared read-only between requests otherwise (the notifier lives as long as its options).
+        self._headers: tuple[str, Mapping[str, str]] | None = None
 
     def build_request(self, event: Event) -> OutboundRequest:
-        return OutboundRequest(
-            "POST", self.opts.address, generic_headers(event, self.opts), event.to_go_json()
-        )
+        component = event.reporting_controller
+        cached = self._headers
+        if cached is None or cached[0] != component:
+            cached = self._headers = (component, MappingProxyType(generic_headers(event, self.opts)))
+        return OutboundRequest("POST", self.opts.address, cached[1], event.to_go_json())
 
 
 def hmac_signature(key: bytes, body: bytes) -> str:

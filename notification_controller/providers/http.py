@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import io
 import logging
 import ssl
@@ -192,14 +193,16 @@ class OutboundHTTP:
             raise PermanentDeliveryError(
                 f"{request.method} {redact_url(url)}: invalid URL", reason="invalid_url"
             ) from None
-        headers = dict(request.headers)
+        headers: Mapping[str, str] = request.headers  # read only: aiohttp copies it into its own multidict
         if request.basic_auth:  # set by hand: aiohttp.BasicAuth is deprecated in aiohttp 3.14
             user, password = request.basic_auth
-            headers["Authorization"] = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode(
-                "ascii"
-            )
+            token = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+            headers = {**headers, "Authorization": "Basic " + token}
         try:
-            session, request_proxy = await self._session_for(proxy)
+            if proxy is None:  # the common case, without a coroutine
+                session, request_proxy = self.session, None
+            else:
+                session, request_proxy = await self._session_for(proxy)
             for _ in range(MAX_REDIRECTS + 1):
                 async with session.request(
                     request.method,
@@ -242,8 +245,8 @@ class OutboundHTTP:
             if verdict.retry:
                 raise RetryableDeliveryError(message, reason=verdict.reason) from None
             raise PermanentDeliveryError(message, reason=verdict.reason) from None
-        verdict = classify_status(response.status, response.headers)
         if response.status < 200 or response.status >= 300:
+            verdict = classify_status(response.status, response.headers)
             # A provider or proxy may echo the request: mask the credentials in the forms sent (Basic,
             # Proxy-Authorization, URL/JSON-encoded), on the whole body before it is cut (issue 11 item 8).
             echoes = credential_echoes(masks, headers, proxy or self._env_proxy(url))
@@ -269,6 +272,7 @@ def _no_proxy(host: str) -> bool:
     return bool(host) and proxy_bypass(host)
 
 
+@functools.lru_cache(maxsize=256)  # the same few Provider addresses, every delivery
 def _origin(url: str) -> tuple[str, str, int | None]:
     parts = urlsplit(url)
     port = parts.port or (443 if parts.scheme == "https" else 80 if parts.scheme == "http" else None)
