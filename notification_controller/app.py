@@ -94,6 +94,7 @@ class App:
         self._tasks: list[asyncio.Task[Any]] = []
         self._runners: dict[str, web.AppRunner] = {}
         self._stopping = False
+        self._serving = False  # every listener bound: /readyz must not say ready before :9090 answers
         if s.local_mode:
             from .store.local import LocalCluster, LocalManifests
 
@@ -182,7 +183,7 @@ class App:
         return not self.settings.local_mode and self._kube.lost.is_set()
 
     def ready(self) -> bool:
-        return self.store.synced and not self._stopping
+        return self._serving and self.store.synced and not self._stopping
 
     async def _serve(self, name: str, app: web.Application, addr: str) -> None:
         # Every listener gets the event server's connection limits (header/idle timeout, see server.events).
@@ -228,6 +229,7 @@ class App:
         receiver_app = self._receiver_app()
         if receiver_app is not None:
             await self._serve("receiver", receiver_app, s.server.receiver_addr)
+        self._serving = True
         self._tasks.extend(self._controllers())
 
     def _receiver_app(self) -> web.Application | None:
