@@ -39,6 +39,7 @@ from ..core.matching import CompiledAlert, SourceMatch, encode_message
 from ..core.metadata import combine_metadata, exclude_internal_metadata
 from ..core.redact import Redactor, mask_token
 from ..errors import ControllerError, DeliveryError
+from ..logsetup import fields
 from ..metrics import EventMetrics
 from ..providers.base import DeliveryContext, Notifier, ProviderOptions
 from ..providers.http import OutboundHTTP
@@ -521,12 +522,20 @@ class Dispatcher:
         error = self.redactor(error)
         obj = notification.event.involved_object
         message = f"failed to send notification for {obj.describe()}: {error}"
-        log.warning(
+        alert = notification.alert.metadata
+        log.error(  # Flux's level and keys for a failed delivery
             "%s (alert %s/%s, provider %s)",
             message,
-            notification.alert.metadata.namespace,
-            notification.alert.metadata.name,
+            alert.namespace,
+            alert.name,
             notification.provider.metadata.name,
+            extra=fields(
+                name=alert.name,
+                namespace=alert.namespace,
+                error=error,
+                provider=notification.provider.metadata.name,
+                **{"reconciler kind": "Alert"},
+            ),
         )
         self._warn(notification.alert, "NotificationDispatchFailed", message)
 

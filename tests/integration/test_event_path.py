@@ -222,6 +222,12 @@ async def test_4xx_is_not_retried_and_failure_is_evented_without_secrets(
         assert "400" in message
         assert CANARY not in message
         assert all(CANARY not in r.getMessage() for r in caplog.records)
+        # Flux's level and structured keys for a failed delivery (issue 16): error, never warning.
+        [failed] = [r for r in caplog.records if r.getMessage().startswith("failed to send notification")]
+        assert failed.levelno == logging.ERROR
+        keys = failed.__dict__["fields"]
+        assert (keys["name"], keys["namespace"], keys["reconciler kind"]) == ("all", "flux-system", "Alert")
+        assert "400" in keys["error"] and CANARY not in keys["error"]
 
 
 async def test_provider_timeout_is_honoured(tmp_path: Path) -> None:
