@@ -105,7 +105,7 @@ class App:
                 s.manifests, self.store, local_cluster, poll_interval=s.manifests_poll_interval
             )
         else:
-            from .kube.wiring import KubeRuntime
+            from .runtime import KubeRuntime
 
             self._kube = KubeRuntime(s, self.store, self.registry)
             self.cluster = self._kube.cluster

@@ -8,13 +8,30 @@ Messages are safe to log: they never contain a secret value (see ``core.redact``
     ├── ConfigError                  a manifest or flag is invalid (user must fix; never retried)
     │   ├── ManifestError            a YAML document could not be turned into an object
     │   └── ProviderConfigError      a Provider + Secret cannot produce a working notifier
-    ├── ReferenceError_              something an object points at does not exist (Secret, Provider)
+    ├── ObjectReferenceError         something an object points at does not exist (Secret, Provider)
     ├── DeliveryError                sending a notification failed
     │   ├── RetryableDeliveryError   the attempt may succeed later (5xx, 429, connection error)
     │   └── PermanentDeliveryError   retrying will not help (4xx, TLS verification, redirect refused)
     ├── VerificationError            a webhook request failed authentication/validation (→ 400/401)
     ├── KubeError                    a Kubernetes API call failed (wrapped ApiException)
-    └── HookError                    a user hook failed (see docs/hooks.md)
+    ├── StoreError                   the state layer (sqlite file, NATS JetStream) is unreachable (→ 503)
+    ├── HookError                    a user hook failed (see docs/hooks.md)
+    │
+    │   defined next to the code that raises them (the module owns its failure vocabulary):
+    ├── core.cel.CELError            a CEL expression failed
+    │   ├── CELCompileError          invalid for its environment (syntax, references, types, limits)
+    │   └── CELEvalError             failed on one input, or produced the wrong type
+    ├── api.event.EventDecodeError   + ValueError: an event payload is not a valid Flux event (→ 400)
+    ├── api.crdgen.CRDGenerationError  a model has no structural-schema equivalent (build time)
+    ├── receivers.oidc.OIDCError     an OIDC token or provider failed a check
+    ├── receivers.signatures.SignatureError  + ValueError: a signature missing or wrong
+    ├── receivers.base.JSONShapeError        + ValueError: a body is not the Go struct expected
+    ├── receivers.targets.RequestBodyError   + ValueError: the body must be JSON for the filters
+    └── receivers.targets.FilterError        + ValueError: a filter does not compile (→ 500)
+
+The classes marked ``+ ValueError`` keep ValueError as a second base: callers (and libraries) that catch
+ValueError for bad input still do. Private exceptions used for control flow inside one module (for example
+``kube.leader._LeaseLost``) are not part of the tree.
 """
 
 from __future__ import annotations
@@ -105,6 +122,10 @@ class KubeError(ControllerError):
     @property
     def conflict(self) -> bool:
         return self.status == 409
+
+
+class StoreError(ControllerError):
+    """The state layer (``state/``) could not read or write: the caller answers 503, never 202-and-lose."""
 
 
 class HookError(ControllerError):

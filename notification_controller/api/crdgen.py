@@ -40,6 +40,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import GenerateJsonSchema, NoDefault
 from pydantic_core import core_schema
 
+from ..errors import ControllerError
 from .alert import Alert
 from .common import Condition
 from .provider import Provider
@@ -102,7 +103,7 @@ _DROPPED_KEYS = frozenset({"title", "$defs", "examples"})
 _NULL = {"type": "null"}
 
 
-class CRDGenerationError(Exception):
+class CRDGenerationError(ControllerError):
     """A model uses a construct that has no structural-schema equivalent (fix the model or the generator)."""
 
 

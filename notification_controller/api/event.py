@@ -23,8 +23,9 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ..core.clock import rfc3339
-from ..core.gojson import GoStruct, dumps
+from ..errors import ControllerError
+from ..lib.clock import rfc3339
+from ..lib.gojson import GoStruct, dumps
 
 SEVERITY_INFO = "info"
 SEVERITY_ERROR = "error"
@@ -50,7 +51,7 @@ GO_ZERO_TIME = datetime(1, 1, 1, tzinfo=UTC)
 """Go's zero ``time.Time``: ``metav1.Time`` writes it as ``null``."""
 
 
-class EventDecodeError(ValueError):
+class EventDecodeError(ControllerError, ValueError):
     """The request body is not a Flux event. The message is safe to return to the client."""
 
 

@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
-from ..core.duration import parse_iso_or_go_duration
+from ..lib.duration import parse_iso_or_go_duration
 from .common import LocalObjectReference, Model
 
 HOOKS_FINALIZER = "hooks.notification.toolkit.fluxcd.io/finalize"

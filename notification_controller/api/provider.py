@@ -7,7 +7,7 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..core.duration import DURATION_PATTERN, TIMEOUT_PATTERN, parse_duration
+from ..lib.duration import DURATION_PATTERN, TIMEOUT_PATTERN, parse_duration
 from .common import LocalObjectReference, Model, ObjectMeta, ObjectStatus
 from .hooks import ProviderHooks, hooks_field
 

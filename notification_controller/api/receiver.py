@@ -7,7 +7,7 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..core.duration import DURATION_PATTERN, parse_duration
+from ..lib.duration import DURATION_PATTERN, parse_duration
 from .common import Condition, LocalObjectReference, Model, ObjectMeta, SourceKind
 from .hooks import ReceiverHooks, hooks_field
 

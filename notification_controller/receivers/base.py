@@ -22,7 +22,7 @@ import orjson
 from ..api.common import Secret
 from ..api.receiver import Receiver
 from ..core.clock import Clock
-from ..errors import VerificationError
+from ..errors import ControllerError, VerificationError
 
 if TYPE_CHECKING:
     from .oidc import OIDCClient
@@ -217,7 +217,7 @@ def go_quote(text: str) -> str:
     return "".join(out)
 
 
-class JSONShapeError(ValueError):
+class JSONShapeError(ControllerError, ValueError):
     """A body does not decode into the Go struct a verifier expects."""
 
 

@@ -34,6 +34,7 @@ import jwt
 import orjson
 
 from ..core.clock import Clock
+from ..errors import ControllerError
 
 ASYMMETRIC_ALGORITHMS = frozenset(
     {"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
@@ -43,7 +44,7 @@ NBF_SKEW_SECONDS = 300.0
 WELL_KNOWN = "/.well-known/openid-configuration"
 
 
-class OIDCError(Exception):
+class OIDCError(ControllerError):
     """A token or a provider failed a check. The message is safe to log (no token content)."""
 
 

@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable
 from urllib.parse import unquote_to_bytes
 
-from ..errors import VerificationError
+from ..errors import ControllerError, VerificationError
 from .base import HookRequest, go_quote
 
 SHA256_HEADER = "X-Hub-Signature-256"
@@ -34,7 +34,7 @@ _ALGORITHMS: dict[bytes, Callable[[], hashlib._Hash]] = {
 _LOWER_HEX = re.compile(rb"\A(?:[0-9a-f]{2})*\Z")
 
 
-class SignatureError(ValueError):
+class SignatureError(ControllerError, ValueError):
     """go-github's error texts: ``missing signature``, ``payload signature check failed``..."""
 
 

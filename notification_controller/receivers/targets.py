@@ -40,7 +40,7 @@ from ..core.apiref import (
     validate_object_ref,
 )
 from ..core.clock import Clock, go_time_string
-from ..errors import KubeError
+from ..errors import ControllerError, KubeError
 from ..store.base import Cluster
 from .base import RawHeaders, load_json
 from .signatures import SignatureError, media_type
@@ -62,11 +62,11 @@ __all__ = [
 ]
 
 
-class RequestBodyError(ValueError):
+class RequestBodyError(ControllerError, ValueError):
     """The body must be JSON for the filters but is not (pinned: 400, Flux answered 500)."""
 
 
-class FilterError(ValueError):
+class FilterError(ControllerError, ValueError):
     """A filter does not compile: a configuration fault, answered 500. The message is the CEL compiler's."""
 
 

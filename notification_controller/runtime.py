@@ -1,5 +1,7 @@
-"""Kubernetes mode for the App: client, informers, the Cluster port, leader election.
+"""Kubernetes mode for the App: composes ``kube/``'s client, informers, Cluster port and leader election.
 
+This is composition, so it lives beside the composition root (``app.py``), not in ``kube/``: ``kube/``
+only provides the parts and never imports the controllers it would otherwise have to run.
 ``KubeRuntime`` is built synchronously by the App (which needs a ``Cluster`` for its dispatcher and
 controllers at construction) and connects in ``start()``; until then ``cluster`` refuses calls.
 Every replica serves events and webhooks from its informer cache; only the Lease holder reconciles,
@@ -21,18 +23,18 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
 
-from ..errors import KubeError
-from ..logsetup import fields
-from ..settings import Settings
-from ..store.base import ObjectRef, ObjectStore
-from .client import KubeClient
-from .cluster import KubeCluster
-from .informer import Informers, InvalidEntry, InvalidKey, watch_namespace
-from .leader import LeaderElector, lease_client_budget
-from .metrics import RestClientMetrics
+from .errors import KubeError
+from .kube.client import KubeClient
+from .kube.cluster import KubeCluster
+from .kube.informer import Informers, InvalidEntry, InvalidKey, watch_namespace
+from .kube.leader import LeaderElector, lease_client_budget
+from .kube.metrics import RestClientMetrics
+from .logsetup import fields
+from .settings import Settings
+from .store.base import ObjectRef, ObjectStore
 
 if TYPE_CHECKING:
-    from ..controllers.manager import ControllerManager
+    from .controllers.manager import ControllerManager
 
 log = logging.getLogger(__name__)
 
