@@ -8,6 +8,10 @@ listens and stops it afterwards. When the binary is missing the test is skipped,
 ``nkey_user()`` makes a user nkey pair; ``jwt_auth()`` makes an operator, an account and a user, the
 server configuration that trusts them (memory resolver) and the user's ``.creds`` file, so the tests can
 exercise decentralised JWT authentication without the ``nsc`` tool.
+
+``run_nats_server(jetstream=True, store_dir=DIR)`` adds JetStream (``-js -sd DIR``) for the state layer's
+tests (``notification_controller/state/nats.py``); pass the same ``store_dir`` and the ``port`` of a
+previous run to restart "the same" server and check what survived.
 """
 
 from __future__ import annotations
@@ -51,20 +55,29 @@ class NATSServer:
 
 
 @contextlib.asynccontextmanager
-async def run_nats_server(config: str = "", *, timeout: float = 15.0) -> AsyncIterator[NATSServer]:
+async def run_nats_server(
+    config: str = "",
+    *,
+    timeout: float = 15.0,
+    jetstream: bool = False,
+    store_dir: str | None = None,
+    port: int = -1,
+) -> AsyncIterator[NATSServer]:
     binary = nats_server_binary()
     with tempfile.TemporaryDirectory(prefix="nats-test-") as tmp:
         conf = os.path.join(tmp, "server.conf")
         with open(conf, "w", encoding="utf-8") as fh:
             fh.write(config)
+        js_args = ["-js", "-sd", store_dir or os.path.join(tmp, "js")] if jetstream else []
         proc = await asyncio.create_subprocess_exec(
             binary,
             "-a",
             "127.0.0.1",
             "-p",
-            "-1",
+            str(port),
             "-c",
             conf,
+            *js_args,
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE,
         )

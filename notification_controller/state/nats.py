@@ -1,0 +1,514 @@
+"""The ``nats://HOST:PORT[,HOST:PORT]`` store: several replicas sharing one NATS JetStream.
+
+An existing, replicated engine rather than a home-made one: JetStream gives the shared outbox, the
+lease (a consumer's AckWait), the delayed retry (``NAK`` with a delay) and atomic compare-and-set.
+
+What it creates (idempotently, at ``start``; names shown with the default ``prefix="nc"``):
+
+``NC_OUTBOX`` stream, subjects ``nc.outbox.<lane>``, **work-queue** retention, file storage.
+    The outbox. ``<lane>`` is the provider key in unpadded base64url (a subject token cannot hold every
+    character of a key). Each lane has one durable pull consumer ``nc_lane_<sha256[:32]>`` shared by every
+    replica: JetStream hands each message to one fetcher, and gives it again to a fetcher only when the
+    lease (``AckWait`` = ``ack_wait``) runs out or the holder NAKs it (with a delay for backoff). ``ack``
+    removes the message (work-queue). Appends carry ``Nats-Msg-Id`` = the notification id, so an append
+    repeated within the stream's ``duplicate_window`` (2 min) is stored once.
+``NC_DEAD`` stream, subjects ``nc.dead.<lane>``, limits retention, ``max_age`` = ``dead_letter_max_age``.
+    Dead letters, one JSON document each (payload base64, last error masked by the caller, reason,
+    attempts, times). ``replay`` publishes them back to the outbox and deletes them here.
+``KV nc_state`` bucket, history 1, TTL ``kv_max_age``.
+    Other shared state (receiver replay ids, noise control). Each value carries its own expiry (the
+    writer's clock, so replicas' clocks should agree within the TTLs used); the bucket TTL bounds the
+    life of every key since its last write, so the bucket cannot grow without bound.
+``KV nc_seen_<ttl-ms>`` bucket per duplicate-window length (one in practice: ``--rate-limit-interval``).
+    The duplicate window: ``seen`` is a KV ``create`` of sha256(key) — a server-side compare-and-set on
+    "no revision yet", so exactly one replica wins — and the bucket TTL expires the key on the server.
+    Chosen over ``Nats-Msg-Id`` de-duplication because the answer is per key and persisted (the server
+    rebuilds the window after a restart), the window is a bucket property visible with ``nats kv ls``,
+    and it needs no throw-away stream of dummy messages.
+
+**Sizing.** ``NC_OUTBOX`` holds the backlog: (events/s × notifications per event × longest provider
+outage) × (payload size ≈ 1–2 KiB + ~100 B of headers). One hour of a 50 notifications/s backlog is
+180 000 messages ≈ 300 MiB. Set ``max_bytes`` on the account or the stream (``outbox_max_bytes``): when
+full, appends fail and the event server answers 503 (the emitter retries) — nothing is dropped silently.
+``NC_DEAD``: dead letters/s × ``dead_letter_max_age``. ``nc_seen_*``: distinct events within the window
+× ~150 B. ``replicas=3`` in a three-node JetStream cluster survives the loss of one node.
+
+**Durability.** An append returns after the PubAck: the message is in the stream (with R3, on a quorum).
+nats-server writes to the OS at once and fsyncs every ``sync_interval`` (2 min by default): a process
+crash loses nothing; losing power on every replica at once can lose the last interval's messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import json
+import logging
+import ssl
+import struct
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass
+
+import nats
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    DeliverPolicy,
+    KeyValueConfig,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+)
+from nats.js.kv import KeyValue
+
+from ..core.clock import Clock, SystemClock
+from ..errors import StoreError
+from .base import DEFAULT_ACK_WAIT, DeadLetter, KVEntry, LaneStats, Lease, NewItem
+
+log = logging.getLogger(__name__)
+
+DEFAULT_DEAD_LETTER_MAX_AGE = 14 * 24 * 3600.0
+DEFAULT_KV_MAX_AGE = 7 * 24 * 3600.0
+H_ID = "Nc-Id"
+H_ENQUEUED = "Nc-Enqueued"
+_EXPIRY = struct.Struct(">d")
+
+
+def lane_token(provider: str) -> str:
+    return base64.urlsafe_b64encode(provider.encode()).rstrip(b"=").decode()
+
+
+def lane_key(token: str) -> str:
+    return base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
+
+
+@dataclass(frozen=True)
+class NATSAuth:
+    """How to authenticate and secure the connection (all optional; files are mounted Secrets)."""
+
+    creds_file: str | None = None
+    user: str | None = None
+    password: str | None = None
+    tls_ca_file: str | None = None
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        if not (self.tls_ca_file or self.tls_cert_file):
+            return None
+        ctx = ssl.create_default_context(cafile=self.tls_ca_file)
+        if self.tls_cert_file:
+            ctx.load_cert_chain(self.tls_cert_file, self.tls_key_file)
+        return ctx
+
+    def __repr__(self) -> str:  # never print the password
+        return f"NATSAuth(creds_file={self.creds_file!r}, user={self.user!r}, password=***)"
+
+
+class NATSStore:
+    kind = "nats"
+    durable = True
+
+    def __init__(
+        self,
+        servers: Sequence[str],
+        *,
+        auth: NATSAuth | None = None,
+        prefix: str = "nc",
+        ack_wait: float = DEFAULT_ACK_WAIT,
+        replicas: int = 1,
+        dead_letter_max_age: float = DEFAULT_DEAD_LETTER_MAX_AGE,
+        kv_max_age: float = DEFAULT_KV_MAX_AGE,
+        outbox_max_bytes: int = -1,
+        fetch_wait: float = 0.05,
+        timeout: float = 5.0,
+        clock: Clock | None = None,
+    ) -> None:
+        if not servers:
+            raise ValueError("at least one NATS server is needed")
+        self.servers = list(servers)
+        self.auth = auth or NATSAuth()
+        self.ack_wait = ack_wait
+        self.replicas = replicas
+        self.dead_letter_max_age = dead_letter_max_age
+        self.kv_max_age = kv_max_age
+        self.outbox_max_bytes = outbox_max_bytes
+        self.fetch_wait = fetch_wait
+        self.timeout = timeout
+        self._clock = clock or SystemClock()
+        self.outbox_stream = f"{prefix.upper()}_OUTBOX"
+        self.dead_stream = f"{prefix.upper()}_DEAD"
+        self.outbox_subject = f"{prefix}.outbox"
+        self.dead_subject = f"{prefix}.dead"
+        self.state_bucket = f"{prefix}_state"
+        self.seen_bucket_prefix = f"{prefix}_seen_"
+        self._prefix = prefix
+        self._nc: Client | None = None
+        self._js: JetStreamContext | None = None
+        self._state: KeyValue | None = None
+        self._seen: dict[int, KeyValue] = {}
+        self._subs: dict[str, JetStreamContext.PullSubscription] = {}
+        self._inflight: dict[str, Msg] = {}
+        self._setup = asyncio.Lock()
+
+    def _now(self) -> float:
+        return self._clock.now().timestamp()
+
+    @asynccontextmanager
+    async def _guard(self, what: str) -> AsyncIterator[JetStreamContext]:
+        if self._js is None or self._nc is None:
+            raise StoreError("nats store is not started")
+        if not self._nc.is_connected:
+            # Fail fast rather than let nats-py buffer the request until it reconnects: the caller
+            # answers 503 now instead of timing out on something that may be stored later.
+            raise StoreError("nats store: not connected (reconnecting)")
+        try:
+            yield self._js
+        except StoreError:
+            raise
+        except (nats.errors.Error, OSError, TimeoutError) as exc:
+            raise StoreError(f"nats store: {what} failed: {type(exc).__name__}: {exc}") from exc
+
+    # ---- lifecycle ---------------------------------------------------------------------------------
+    async def start(self) -> None:
+        if self._nc is not None:
+            return
+        try:
+            nc = await nats.connect(
+                servers=self.servers,
+                user_credentials=self.auth.creds_file,
+                user=self.auth.user,
+                password=self.auth.password,
+                tls=self.auth.ssl_context(),
+                connect_timeout=max(1, int(self.timeout)),
+                allow_reconnect=True,
+                # Bounded at start (nats-py would retry an unreachable server for ever: the App must
+                # see a StoreError and not become ready); unbounded once connected, below.
+                max_reconnect_attempts=1,
+                reconnect_time_wait=0.5,
+                name="notification-controller",
+                error_cb=self._on_error,
+                disconnected_cb=self._on_disconnected,
+                reconnected_cb=self._on_reconnected,
+            )
+        except (nats.errors.Error, OSError, TimeoutError, ssl.SSLError) as exc:
+            raise StoreError(f"nats store: cannot connect: {type(exc).__name__}: {exc}") from exc
+        nc.options["max_reconnect_attempts"] = -1  # from now on, ride out server restarts
+        self._nc = nc
+        self._js = nc.jetstream(timeout=self.timeout)
+        try:
+            async with self._guard("creating streams") as js:
+                await self._ensure_stream(
+                    js,
+                    StreamConfig(
+                        name=self.outbox_stream,
+                        subjects=[f"{self.outbox_subject}.>"],
+                        retention=RetentionPolicy.WORK_QUEUE,
+                        storage=StorageType.FILE,
+                        num_replicas=self.replicas,
+                        max_bytes=self.outbox_max_bytes,
+                        duplicate_window=120.0,
+                    ),
+                )
+                await self._ensure_stream(
+                    js,
+                    StreamConfig(
+                        name=self.dead_stream,
+                        subjects=[f"{self.dead_subject}.>"],
+                        retention=RetentionPolicy.LIMITS,
+                        storage=StorageType.FILE,
+                        num_replicas=self.replicas,
+                        max_age=self.dead_letter_max_age,
+                    ),
+                )
+                self._state = await self._bucket(js, self.state_bucket, self.kv_max_age)
+        except BaseException:
+            await self.close()
+            raise
+
+    async def _on_error(self, exc: Exception) -> None:
+        log.warning("nats store: %s: %s", type(exc).__name__, exc)  # one line, no traceback
+
+    async def _on_disconnected(self) -> None:
+        log.warning("nats store: disconnected; reconnecting")
+
+    async def _on_reconnected(self) -> None:
+        log.info("nats store: reconnected")
+
+    async def _ensure_stream(self, js: JetStreamContext, config: StreamConfig) -> None:
+        assert config.name is not None
+        try:
+            await js.stream_info(config.name)
+        except nats.js.errors.NotFoundError:
+            await js.add_stream(config)
+
+    async def _bucket(self, js: JetStreamContext, name: str, ttl: float) -> KeyValue:
+        try:
+            return await js.key_value(name)
+        except nats.js.errors.BucketNotFoundError:
+            return await js.create_key_value(
+                KeyValueConfig(
+                    bucket=name, history=1, ttl=ttl, storage=StorageType.FILE, replicas=self.replicas
+                )
+            )
+
+    async def close(self) -> None:
+        nc, self._nc, self._js, self._state = self._nc, None, None, None
+        self._subs.clear()
+        self._seen.clear()
+        self._inflight.clear()
+        if nc is not None:
+            with suppress(nats.errors.Error, OSError):
+                await nc.close()
+
+    async def ping(self) -> None:
+        async with self._guard("ping") as js:
+            await js.account_info()
+
+    # ---- outbox ------------------------------------------------------------------------------------
+    async def append(self, items: Sequence[NewItem]) -> None:
+        now = repr(self._now())
+        async with self._guard("append") as js:
+            await asyncio.gather(
+                *(
+                    js.publish(
+                        f"{self.outbox_subject}.{lane_token(i.provider)}",
+                        i.payload,
+                        stream=self.outbox_stream,
+                        headers={"Nats-Msg-Id": i.id, H_ID: i.id, H_ENQUEUED: now},
+                    )
+                    for i in items
+                )
+            )
+
+    async def _lane(self, js: JetStreamContext, provider: str) -> JetStreamContext.PullSubscription:
+        sub = self._subs.get(provider)
+        if sub is not None:
+            return sub
+        async with self._setup:
+            sub = self._subs.get(provider)
+            if sub is None:
+                digest = hashlib.sha256(provider.encode()).hexdigest()[:32]
+                sub = await js.pull_subscribe(
+                    f"{self.outbox_subject}.{lane_token(provider)}",
+                    durable=f"{self._prefix}_lane_{digest}",
+                    stream=self.outbox_stream,
+                    config=ConsumerConfig(
+                        ack_policy=AckPolicy.EXPLICIT,
+                        deliver_policy=DeliverPolicy.ALL,
+                        ack_wait=self.ack_wait,
+                        max_deliver=-1,
+                        max_ack_pending=-1,
+                    ),
+                )
+                self._subs[provider] = sub
+            return sub
+
+    async def lease(self, provider: str) -> Lease | None:
+        async with self._guard("lease") as js:
+            sub = await self._lane(js, provider)
+            try:
+                msgs = await sub.fetch(1, timeout=self.fetch_wait)
+            except nats.errors.TimeoutError:
+                return None
+        msg = msgs[0]
+        headers = msg.headers or {}
+        token = uuid.uuid4().hex
+        self._inflight[token] = msg
+        return Lease(
+            headers.get(H_ID, ""),
+            provider,
+            msg.data,
+            msg.metadata.num_delivered or 1,
+            float(headers.get(H_ENQUEUED, "0")),
+            token,
+        )
+
+    async def ack(self, lease: Lease) -> None:
+        msg = self._inflight.pop(lease.token, None)
+        if msg is not None:
+            async with self._guard("ack"):
+                await msg.ack_sync(timeout=self.timeout)
+
+    async def nack(self, lease: Lease, *, delay: float) -> None:
+        msg = self._inflight.pop(lease.token, None)
+        if msg is not None:
+            async with self._guard("nack"):
+                await msg.nak(delay=max(0.0, delay))
+
+    async def dead_letter(self, lease: Lease, *, reason: str, error: str) -> None:
+        msg = self._inflight.get(lease.token)
+        if msg is None:
+            return
+        document = {
+            "id": lease.id,
+            "provider": lease.provider,
+            "payload": base64.b64encode(lease.payload).decode(),
+            "attempts": lease.attempts,
+            "enqueued_at": lease.enqueued_at,
+            "dead_at": self._now(),
+            "reason": reason,
+            "error": error,
+        }
+        async with self._guard("dead-letter") as js:
+            await js.publish(
+                f"{self.dead_subject}.{lane_token(lease.provider)}",
+                json.dumps(document).encode(),
+                stream=self.dead_stream,
+                headers={"Nats-Msg-Id": f"{lease.id}:{msg.metadata.sequence.stream}"},
+            )
+            await msg.ack_sync(timeout=self.timeout)  # stored as dead first: a crash in between duplicates
+        self._inflight.pop(lease.token, None)
+
+    async def stats(self) -> dict[str, LaneStats]:
+        now = self._now()
+        result: dict[str, LaneStats] = {}
+        async with self._guard("stats") as js:
+            info = await js.stream_info(self.outbox_stream, subjects_filter=f"{self.outbox_subject}.>")
+            for subject, count in (info.state.subjects or {}).items():
+                if not count:
+                    continue
+                first = await js.get_msg(
+                    self.outbox_stream, seq=info.state.first_seq, subject=subject, next=True
+                )
+                enqueued = float((first.headers or {}).get(H_ENQUEUED, now))
+                key = lane_key(subject.rsplit(".", 1)[1])
+                result[key] = LaneStats(int(count), max(0.0, now - enqueued))
+        return result
+
+    # ---- dead letters --------------------------------------------------------------------------------
+    async def _dead(
+        self, js: JetStreamContext, provider: str | None, limit: int
+    ) -> list[tuple[int, DeadLetter]]:
+        subject = f"{self.dead_subject}.{lane_token(provider) if provider is not None else '>'}"
+        found: list[tuple[int, DeadLetter]] = []
+        info = await js.stream_info(self.dead_stream)
+        seq = info.state.first_seq
+        while len(found) < limit and info.state.messages and seq <= info.state.last_seq:
+            try:
+                raw = await js.get_msg(self.dead_stream, seq=seq, subject=subject, next=True)
+            except nats.js.errors.NotFoundError:
+                break
+            assert raw.seq is not None and raw.data is not None
+            doc = json.loads(raw.data)
+            found.append(
+                (
+                    raw.seq,
+                    DeadLetter(
+                        doc["id"],
+                        doc["provider"],
+                        base64.b64decode(doc["payload"]),
+                        int(doc["attempts"]),
+                        float(doc["enqueued_at"]),
+                        float(doc["dead_at"]),
+                        doc["reason"],
+                        doc["error"],
+                    ),
+                )
+            )
+            seq = raw.seq + 1
+        return found
+
+    async def dead_letters(self, *, provider: str | None = None, limit: int = 1000) -> list[DeadLetter]:
+        async with self._guard("listing dead letters") as js:
+            return [d for _, d in await self._dead(js, provider, limit)]
+
+    async def replay(self, ids: Sequence[str]) -> int:
+        wanted = set(ids)
+        count = 0
+        now = repr(self._now())
+        async with self._guard("replaying dead letters") as js:
+            for seq, dead in await self._dead(js, None, 1 << 30):
+                if dead.id not in wanted:
+                    continue
+                await js.publish(
+                    f"{self.outbox_subject}.{lane_token(dead.provider)}",
+                    dead.payload,
+                    stream=self.outbox_stream,
+                    headers={"Nats-Msg-Id": f"{dead.id}:replay:{seq}", H_ID: dead.id, H_ENQUEUED: now},
+                )
+                await js.delete_msg(self.dead_stream, seq)
+                count += 1
+        return count
+
+    async def drop(self, ids: Sequence[str]) -> int:
+        wanted = set(ids)
+        count = 0
+        async with self._guard("dropping dead letters") as js:
+            for seq, dead in await self._dead(js, None, 1 << 30):
+                if dead.id in wanted:
+                    await js.delete_msg(self.dead_stream, seq)
+                    count += 1
+        return count
+
+    # ---- duplicate window and KV ---------------------------------------------------------------------
+    async def seen(self, key: str, ttl: float) -> bool:
+        window = max(1, round(ttl * 1000))
+        async with self._guard("duplicate window") as js:
+            bucket = self._seen.get(window)
+            if bucket is None:
+                async with self._setup:
+                    bucket = self._seen.get(window) or await self._bucket(
+                        js, f"{self.seen_bucket_prefix}{window}", window / 1000
+                    )
+                    self._seen[window] = bucket
+            try:
+                await bucket.create(hashlib.sha256(key.encode()).hexdigest(), b"")
+            except nats.js.errors.KeyWrongLastSequenceError:
+                return True
+            return False
+
+    @staticmethod
+    def _key(key: str) -> str:
+        return base64.urlsafe_b64encode(key.encode()).rstrip(b"=").decode() or "_"
+
+    def _envelope(self, value: bytes, ttl: float | None) -> bytes:
+        return _EXPIRY.pack(0.0 if ttl is None else self._now() + ttl) + value
+
+    async def _live(self, kv: KeyValue, key: str) -> tuple[KVEntry | None, int]:
+        """(the live entry or None, the stored revision or 0)."""
+        try:
+            entry = await kv.get(self._key(key))
+        except nats.js.errors.KeyNotFoundError:
+            return None, 0
+        assert entry.revision is not None
+        raw = entry.value or b""
+        if len(raw) < _EXPIRY.size:
+            return None, entry.revision
+        (expires,) = _EXPIRY.unpack_from(raw)
+        if expires and expires <= self._now():
+            return None, entry.revision
+        return KVEntry(raw[_EXPIRY.size :], entry.revision), entry.revision
+
+    async def kv_get(self, key: str) -> KVEntry | None:
+        async with self._guard("kv get"):
+            assert self._state is not None
+            return (await self._live(self._state, key))[0]
+
+    async def kv_put(self, key: str, value: bytes, *, ttl: float | None = None) -> int:
+        async with self._guard("kv put"):
+            assert self._state is not None
+            return await self._state.put(self._key(key), self._envelope(value, ttl))
+
+    async def kv_cas(
+        self, key: str, value: bytes, *, expected: int | None, ttl: float | None = None
+    ) -> int | None:
+        async with self._guard("kv cas"):
+            kv = self._state
+            assert kv is not None
+            current, stored = await self._live(kv, key)
+            if (current.revision if current is not None else None) != expected:
+                return None
+            try:
+                # Conditional on the revision we read (0: no key at all), so a concurrent writer loses.
+                return await kv.update(self._key(key), self._envelope(value, ttl), last=stored)
+            except nats.js.errors.KeyWrongLastSequenceError:
+                return None
