@@ -107,3 +107,21 @@ def namespace(kube: KubeTestServer, request: pytest.FixtureRequest) -> Iterator[
     kube.kubectl("create", "namespace", name, check=True)
     yield name
     kube.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found")
+
+
+@pytest.fixture(scope="session")
+def installed(kube: KubeTestServer) -> KubeTestServer:
+    """config/default installed once (CRDs, RBAC, Deployment, Services; idempotent within one server)."""
+    from tests.e2e.controllerkit import install
+
+    install(kube)
+    return kube
+
+
+@pytest.fixture(scope="session")
+def sa_kubeconfig(installed: KubeTestServer) -> Path:
+    """The controller's own identity from config/rbac (ServiceAccount notification-controller): every e2e
+    controller runs with it, so every e2e test also proves the least-privilege RBAC is enough."""
+    from tests.e2e.controllerkit import NS
+
+    return installed.create_service_account_kubeconfig(NS, "notification-controller")

@@ -13,15 +13,9 @@ import json
 import pytest
 
 from tests.e2e.apiserver import KubeTestServer
-from tests.e2e.controllerkit import get, install
+from tests.e2e.controllerkit import get
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture(scope="module")
-def installed(kube: KubeTestServer) -> KubeTestServer:
-    install(kube)
-    return kube
 
 
 def alert(name: str, namespace: str, **lists: list[str]) -> str:

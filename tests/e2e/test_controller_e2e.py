@@ -26,7 +26,6 @@ from tests.e2e.controllerkit import (
     apply,
     flux_event,
     get,
-    install,
     post_event,
     ready,
     wait_for,
@@ -34,18 +33,6 @@ from tests.e2e.controllerkit import (
 
 pytestmark = pytest.mark.e2e
 EXAMPLES = Path(__file__).resolve().parents[1] / "data" / "flux-doc-examples"
-
-
-@pytest.fixture(scope="module")
-def installed(kube: KubeTestServer) -> KubeTestServer:
-    install(kube)
-    return kube
-
-
-@pytest.fixture(scope="module")
-def sa_kubeconfig(installed: KubeTestServer) -> Path:
-    """The controller's own identity from config/rbac (ServiceAccount notification-controller)."""
-    return installed.create_service_account_kubeconfig(NS, "notification-controller")
 
 
 @pytest.fixture(scope="module")

@@ -24,22 +24,10 @@ import pytest
 from notification_controller.api import RECONCILE_REQUEST_ANNOTATION
 from notification_controller.api.hooks import HOOKS_FINALIZER
 from tests.e2e.apiserver import KubeTestServer
-from tests.e2e.controllerkit import NS, install
 from tests.e2e.test_hooks_e2e import controller, eventually, get, kubectl
 from tests.support.capture import CapturedRequest, CaptureServer, Reply
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture(scope="module")
-def installed(kube: KubeTestServer) -> KubeTestServer:
-    install(kube)
-    return kube
-
-
-@pytest.fixture(scope="module")
-def sa_kubeconfig(installed: KubeTestServer) -> Path:
-    return installed.create_service_account_kubeconfig(NS, "notification-controller")
 
 
 def receiver_manifest(namespace: str, url: str, *capabilities: str) -> str:

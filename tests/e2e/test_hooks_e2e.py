@@ -25,21 +25,9 @@ from notification_controller.app import App
 from notification_controller.hooks import Hooks
 from notification_controller.settings import KubeSettings, ServerSettings, Settings
 from tests.e2e.apiserver import KubeTestServer
-from tests.e2e.controllerkit import NS, install
 from tests.support.capture import CapturedRequest, CaptureServer, Reply
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture(scope="module")
-def installed(kube: KubeTestServer) -> KubeTestServer:
-    install(kube)
-    return kube
-
-
-@pytest.fixture(scope="module")
-def sa_kubeconfig(installed: KubeTestServer) -> Path:
-    return installed.create_service_account_kubeconfig(NS, "notification-controller")
 
 
 async def kubectl(kube: KubeTestServer, *args: str, stdin: str | None = None) -> str:

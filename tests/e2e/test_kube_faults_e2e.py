@@ -54,13 +54,11 @@ from aiohttp import web
 
 from tests.e2e.apiserver import KubeTestServer
 from tests.e2e.controllerkit import (
-    NS,
     Controller,
     ThreadedSink,
     apply,
     flux_event,
     get,
-    install,
     post_event,
     ready,
     wait_for,
@@ -77,18 +75,6 @@ T = TypeVar("T")
 
 
 # ---- fixtures -------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def installed(kube: KubeTestServer) -> KubeTestServer:
-    install(kube)
-    return kube
-
-
-@pytest.fixture(scope="module")
-def sa_kubeconfig(installed: KubeTestServer) -> Path:
-    """The controller's own identity from config/rbac (ServiceAccount notification-controller)."""
-    return installed.create_service_account_kubeconfig(NS, "notification-controller")
-
-
 @pytest.fixture
 def sink() -> Iterator[ThreadedSink]:
     server = ThreadedSink()

@@ -41,7 +41,6 @@ from tests.e2e.controllerkit import (
     apply,
     flux_event,
     get,
-    install,
     ready,
     wait_for,
 )
@@ -223,12 +222,6 @@ def sink() -> Iterator[ThreadedSink]:
     server = ThreadedSink()
     yield server
     server.close()
-
-
-@pytest.fixture(scope="module")
-def sa_kubeconfig(kube: KubeTestServer) -> Path:
-    install(kube)
-    return kube.create_service_account_kubeconfig(NS, "notification-controller")
 
 
 @contextlib.contextmanager

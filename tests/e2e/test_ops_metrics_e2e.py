@@ -17,22 +17,10 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.e2e.apiserver import KubeTestServer
-from tests.e2e.controllerkit import NS, install
 from tests.e2e.test_hooks_e2e import controller, kubectl
 from tests.integration.test_ops_metrics import KUBE_ONLY, metric_names, scrape, shipped_queries
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture(scope="module")
-def installed(kube: KubeTestServer) -> KubeTestServer:
-    install(kube)
-    return kube
-
-
-@pytest.fixture(scope="module")
-def sa_kubeconfig(installed: KubeTestServer) -> Path:
-    return installed.create_service_account_kubeconfig(NS, "notification-controller")
 
 
 async def test_kubernetes_api_requests_are_counted_as_client_go_does(

@@ -29,7 +29,7 @@ import aiohttp
 import pytest
 
 from tests.e2e.apiserver import KubeTestServer
-from tests.e2e.controllerkit import NS, Controller, install
+from tests.e2e.controllerkit import Controller
 from tests.support.scalekit import (
     ANSWER_BOUND,
     CHURN,
@@ -114,17 +114,6 @@ def empty_namespace(kube: KubeTestServer, namespace: str) -> None:
     for kind in ("Alert", "Provider", "Receiver", "Secret"):
         status, listing = kube.request("GET", collection(kind, namespace))
         assert status == 200 and not listing["items"], f"{kind}s left in {namespace}"
-
-
-@pytest.fixture(scope="module")
-def installed(kube: KubeTestServer) -> KubeTestServer:
-    install(kube)
-    return kube
-
-
-@pytest.fixture(scope="module")
-def sa_kubeconfig(installed: KubeTestServer) -> Path:
-    return installed.create_service_account_kubeconfig(NS, "notification-controller")
 
 
 @pytest.fixture

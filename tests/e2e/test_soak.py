@@ -56,13 +56,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.apiserver import KubeTestServer
 from tests.e2e.controllerkit import (
-    NS,
     Controller,
     ThreadedSink,
     apply,
     flux_event,
     get,
-    install,
     ready,
     wait_for,
 )
@@ -78,17 +76,6 @@ PENDING_BOUND = 500  # notifications queued or in delivery at any sample (100/s 
 INFLIGHT_BOUND = 64  # event requests being served at any sample (the client keeps ≤ 64 connections)
 GROUP_PATH = "/apis/notification.toolkit.fluxcd.io/v1beta3/namespaces"
 TOKEN = "soak-github-token"
-
-
-@pytest.fixture(scope="module")
-def installed(kube: KubeTestServer) -> KubeTestServer:
-    install(kube)
-    return kube
-
-
-@pytest.fixture(scope="module")
-def sa_kubeconfig(installed: KubeTestServer) -> Path:
-    return installed.create_service_account_kubeconfig(NS, "notification-controller")
 
 
 @pytest.fixture

@@ -31,7 +31,6 @@ from tests.e2e.controllerkit import (
     ThreadedSink,
     apply,
     get,
-    install,
     post_event,
     ready,
     wait_for,
@@ -59,12 +58,6 @@ def hostile(b: str) -> dict[str, list[str]]:
             f"/v1/namespaces/{b}/secrets/creds?",
         ],
     }
-
-
-@pytest.fixture(scope="module")
-def installed(kube: KubeTestServer) -> KubeTestServer:
-    install(kube)
-    return kube
 
 
 @pytest.fixture(scope="module")
