@@ -1,0 +1,378 @@
+"""At-least-once delivery from a durable outbox (``--store=sqlite:…`` or ``nats://…``): issue 13.
+
+With the ``memory`` store the dispatcher keeps Flux's contract (one delivery attempt, then forget). With a
+durable store every notification is appended to the store's outbox before the event server answers 202,
+and this module drains the outbox:
+
+* one **lane per Provider key**, up to ``concurrency`` workers each, as the in-memory lanes; a worker
+  *leases* the next due item, hands it to ``deliver`` and then acknowledges it, NAKs it with a delay, or
+  moves it to the dead letters. A replica killed while it holds a lease loses nothing: the lease runs out
+  and the item is due again (on NATS, on any replica);
+* **backoff with jitter** between attempts (``RetryPolicy``: doubling from ``base`` up to ``cap``, half of
+  each delay random so that a recovered provider is not hit by every lane at once), and a provider's
+  ``Retry-After`` honoured when it asks for longer;
+* a **circuit breaker** per lane (``CircuitBreaker``): after ``threshold`` consecutive failures the lane
+  stops leasing for a cool-down, then lets a single probe through; the probe's success closes it;
+* items older than ``max_age`` (``--delivery-max-age``) and permanent failures become **dead letters**.
+
+Which lanes have work is learnt from ``Store.stats()`` every ``poll_interval`` (other replicas append too)
+and, for what this process appends, at once through ``wake``. Everything here is owned and stopped by
+``stop``; time is injected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import random
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from ..core.clock import Clock, SystemClock
+from ..errors import StoreError
+from ..state.base import Lease, Store
+
+log = logging.getLogger(__name__)
+
+MAX_REMEMBERED_ERRORS = 10_000
+
+
+class Outcome(enum.Enum):
+    DELIVERED = "delivered"
+    RETRY = "retry"  # a transient failure: try again later
+    PERMANENT = "permanent"  # the provider refused it for good (e.g. 400): dead-letter now
+    DROPPED = "dropped"  # nothing to send any more (Provider deleted, a stage dropped it): forget
+
+
+@dataclass(frozen=True)
+class Result:
+    """What ``deliver`` made of one attempt."""
+
+    outcome: Outcome
+    error: str = ""
+    """Masked error text (it is stored with a dead letter and shown by the CLI)."""
+    retry_after: float | None = None
+    """Seconds the provider asked us to wait (``Retry-After`` on 429/503)."""
+
+
+DELIVERED = Result(Outcome.DELIVERED)
+
+Deliver = Callable[[Lease], Awaitable[Result]]
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    base: float = 1.0
+    cap: float = 300.0
+    retry_after_cap: float = 3600.0
+    """A provider's ``Retry-After`` is honoured up to this many seconds."""
+
+    def delay(
+        self, attempts: int, retry_after: float | None = None, rng: random.Random | None = None
+    ) -> float:
+        """Seconds before the next attempt after ``attempts`` failed ones: equal jitter over an
+        exponential delay, never shorter than what the provider asked for (bounded)."""
+        ceiling = min(self.cap, self.base * 2.0 ** max(0, min(attempts - 1, 62)))
+        delay = ceiling / 2 + (rng or random).uniform(0.0, ceiling / 2)
+        if retry_after is not None and retry_after > 0:
+            delay = max(delay, min(retry_after, self.retry_after_cap))
+        return delay
+
+
+class BreakerState(enum.Enum):
+    CLOSED = "closed"
+    OPEN = "open"
+    HALF_OPEN = "half-open"
+
+
+@dataclass
+class CircuitBreaker:
+    """Per lane: ``threshold`` consecutive failures open it for ``cooldown`` seconds (doubling on each
+    failed probe up to ``max_cooldown``); then one probe is let through; its success closes it."""
+
+    clock: Clock
+    threshold: int = 5
+    cooldown: float = 30.0
+    max_cooldown: float = 300.0
+    failures: int = 0
+    state: BreakerState = BreakerState.CLOSED
+    _open_until: float = 0.0
+    _current: float = 0.0
+    _probing: bool = False
+
+    def allow(self) -> bool:
+        """May a worker lease now? In half-open state only one (the probe) may."""
+        if self.state is BreakerState.OPEN:
+            if self.clock.monotonic() < self._open_until:
+                return False
+            self.state = BreakerState.HALF_OPEN
+        if self.state is BreakerState.HALF_OPEN:
+            if self._probing:
+                return False
+            self._probing = True
+        return True
+
+    def release(self) -> None:
+        """The worker that was allowed leased nothing (empty lane): the probe slot is free again."""
+        self._probing = False
+
+    def success(self) -> None:
+        self.failures = 0
+        self._probing = False
+        self._current = 0.0
+        self.state = BreakerState.CLOSED
+
+    def failure(self) -> bool:
+        """Record a failed attempt; True when this failure opened the breaker."""
+        self.failures += 1
+        probing, self._probing = self._probing, False
+        if self.state is BreakerState.HALF_OPEN or (probing and self.state is not BreakerState.CLOSED):
+            self._current = min(self.max_cooldown, max(self.cooldown, self._current * 2))
+        elif self.failures >= self.threshold and self.state is BreakerState.CLOSED:
+            self._current = self.cooldown
+        else:
+            return False
+        self.state = BreakerState.OPEN
+        self._open_until = self.clock.monotonic() + self._current
+        return True
+
+    @property
+    def reopens_in(self) -> float:
+        return max(0.0, self._open_until - self.clock.monotonic()) if self.state is BreakerState.OPEN else 0.0
+
+
+@dataclass(frozen=True)
+class DurableSettings:
+    max_age: float = 3600.0
+    """``--delivery-max-age``: an item older than this is dead-lettered instead of retried."""
+    concurrency: int = 16
+    poll_interval: float = 1.0
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    breaker_threshold: int = 5
+    breaker_cooldown: float = 30.0
+
+
+DeadLetterHook = Callable[[Lease, str, str], None]
+"""Called after an item was dead-lettered: (lease, reason, masked error) → Warning Event, metric."""
+
+BreakerHook = Callable[[str, BreakerState], None]
+"""Called when a lane's breaker changes state (metric, log, Provider status)."""
+
+
+class _Lane:
+    __slots__ = ("breaker", "workers")
+
+    def __init__(self, breaker: CircuitBreaker) -> None:
+        self.breaker = breaker
+        self.workers = 0
+
+
+class OutboxRunner:
+    """Drains a durable ``Store``'s outbox through ``deliver``; see the module docstring."""
+
+    def __init__(
+        self,
+        store: Store,
+        deliver: Deliver,
+        settings: DurableSettings | None = None,
+        *,
+        clock: Clock | None = None,
+        on_dead_letter: DeadLetterHook | None = None,
+        on_breaker: BreakerHook | None = None,
+        on_store_error: Callable[[str], None] | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.store = store
+        self.deliver = deliver
+        self.settings = settings or DurableSettings()
+        self.clock = clock or SystemClock()
+        self._on_dead_letter = on_dead_letter
+        self._on_breaker = on_breaker
+        self._on_store_error = on_store_error
+        self._rng = rng or random.Random()
+        self._lanes: dict[str, _Lane] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._wake = asyncio.Event()
+        self._woken: set[str] = set()
+        self._running = False
+        self._supervisor: asyncio.Task[None] | None = None
+        self._last_errors: OrderedDict[str, str] = OrderedDict()  # id → last error, for a later max-age
+        self.attempts = 0
+        self.store_errors = 0
+
+    # ---- lifecycle -------------------------------------------------------------------------------------
+    def start(self) -> None:
+        if self._supervisor is None:
+            self._running = True
+            self._supervisor = asyncio.get_running_loop().create_task(self._supervise())
+
+    async def stop(self, grace: float = 5.0) -> None:
+        """Stop leasing; let attempts in flight finish within ``grace`` seconds, then cancel them (their
+        leases run out and the items are delivered again later: nothing is lost)."""
+        self._running = False
+        self._wake.set()
+        if self._supervisor is not None:
+            self._supervisor.cancel()
+            await asyncio.gather(self._supervisor, return_exceptions=True)
+            self._supervisor = None
+        if self._tasks:
+            _, late = await asyncio.wait(set(self._tasks), timeout=grace)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
+
+    def wake(self, provider: str) -> None:
+        """This process appended to ``provider``'s lane: start its workers without waiting for the poll."""
+        self._woken.add(provider)
+        self._wake.set()
+
+    def breaker(self, provider: str) -> CircuitBreaker | None:
+        lane = self._lanes.get(provider)
+        return lane.breaker if lane is not None else None
+
+    @property
+    def busy(self) -> bool:
+        return any(not t.done() for t in self._tasks)
+
+    # ---- supervision -----------------------------------------------------------------------------------
+    async def _supervise(self) -> None:
+        poll_at = 0.0
+        while self._running:
+            now = self.clock.monotonic()
+            keys = set(self._woken)
+            self._woken.clear()
+            if now >= poll_at:
+                poll_at = now + self.settings.poll_interval
+                try:
+                    stats = await self.store.stats()
+                except StoreError as exc:
+                    self._store_error("stats", exc)
+                else:
+                    keys.update(k for k, s in stats.items() if s.depth)
+            for key in keys:
+                self._fill(key)
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=max(0.01, poll_at - self.clock.monotonic()))
+
+    def _fill(self, key: str) -> None:
+        lane = self._lanes.get(key)
+        if lane is None:
+            breaker = CircuitBreaker(
+                self.clock,
+                threshold=self.settings.breaker_threshold,
+                cooldown=self.settings.breaker_cooldown,
+            )
+            lane = self._lanes[key] = _Lane(breaker)
+        # open: one worker waits for the cool-down, then probes; closed: the lane's full concurrency
+        wanted = self.settings.concurrency if lane.breaker.state is BreakerState.CLOSED else 1
+        while self._running and lane.workers < wanted:
+            lane.workers += 1
+            task = asyncio.get_running_loop().create_task(self._work(key, lane))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _work(self, key: str, lane: _Lane) -> None:
+        try:
+            while self._running:
+                breaker = lane.breaker
+                if not breaker.allow():
+                    if breaker.state is BreakerState.OPEN:
+                        await asyncio.sleep(max(0.01, breaker.reopens_in))
+                        continue
+                    return  # half-open and another worker is the probe
+                try:
+                    lease = await self.store.lease(key)
+                except StoreError as exc:
+                    breaker.release()
+                    self._store_error("lease", exc)
+                    await asyncio.sleep(self.settings.poll_interval)
+                    continue
+                if lease is None:
+                    breaker.release()
+                    return
+                await self._attempt(key, lane, lease)
+        finally:
+            lane.workers -= 1
+            if (
+                lane.workers == 0
+                and lane.breaker.state is BreakerState.CLOSED
+                and self._lanes.get(key) is lane
+            ):
+                del self._lanes[key]
+
+    async def _attempt(self, key: str, lane: _Lane, lease: Lease) -> None:
+        age = self.clock.now().timestamp() - lease.enqueued_at
+        if age > self.settings.max_age:
+            lane.breaker.release()
+            last = self._last_errors.pop(lease.id, "")  # known if this replica made the last attempt
+            why = f"not delivered within {self.settings.max_age:g}s"
+            await self._dead(lease, "max-age", f"{why}: {last}" if last else why)
+            return
+        self.attempts += 1
+        try:
+            result = await self.deliver(lease)
+        except asyncio.CancelledError:
+            raise  # shutdown: the lease runs out, the item is delivered later
+        except Exception as exc:  # a bug in deliver must not lose the item or kill the lane
+            log.error("delivery of %s raised %s", lease.id, type(exc).__name__)
+            result = Result(Outcome.RETRY, f"internal error: {type(exc).__name__}")
+        breaker = lane.breaker
+        if result.outcome is Outcome.RETRY:
+            if breaker.failure():
+                self._breaker_changed(key, breaker)
+            delay = self.settings.retry.delay(lease.attempts, result.retry_after, self._rng)
+            if age + delay > self.settings.max_age:
+                await self._dead(lease, "max-age", result.error)
+                return
+            self._last_errors[lease.id] = result.error
+            self._last_errors.move_to_end(lease.id)
+            if len(self._last_errors) > MAX_REMEMBERED_ERRORS:
+                self._last_errors.popitem(last=False)
+            await self._settle("nack", self.store.nack(lease, delay=delay))
+            return
+        self._last_errors.pop(lease.id, None)
+        was_open = breaker.state is not BreakerState.CLOSED
+        breaker.success()
+        if was_open:
+            self._breaker_changed(key, breaker)
+        if result.outcome is Outcome.PERMANENT:
+            await self._dead(lease, "permanent", result.error)
+        else:
+            await self._settle("ack", self.store.ack(lease))
+
+    async def _dead(self, lease: Lease, reason: str, error: str) -> None:
+        if await self._settle("dead_letter", self.store.dead_letter(lease, reason=reason, error=error)):
+            if self._on_dead_letter is not None:
+                self._on_dead_letter(lease, reason, error)
+
+    async def _settle(self, operation: str, call: Awaitable[None]) -> bool:
+        """Ack/NAK/dead-letter; on a store error the lease simply runs out (redelivery, never loss)."""
+        try:
+            await call
+        except StoreError as exc:
+            self._store_error(operation, exc)
+            return False
+        return True
+
+    def _store_error(self, operation: str, exc: StoreError) -> None:
+        self.store_errors += 1
+        log.warning("outbox %s failed: %s", operation, exc)
+        if self._on_store_error is not None:
+            self._on_store_error(operation)
+
+    def _breaker_changed(self, key: str, breaker: CircuitBreaker) -> None:
+        if breaker.state is BreakerState.OPEN:
+            log.warning(
+                "provider %s: %d consecutive delivery failures, pausing its lane for %.0fs",
+                key,
+                breaker.failures,
+                breaker.reopens_in,
+            )
+        else:
+            log.info("provider %s: delivery recovered, lane resumed", key)
+        if self._on_breaker is not None:
+            self._on_breaker(key, breaker.state)
