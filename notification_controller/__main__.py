@@ -2,6 +2,11 @@
 
 import sys
 
+if sys.argv[1:2] == ["dead-letters"]:  # the dead-letter tool (docs/delivery.md), not the controller
+    from .deadletters import main as dead_letters
+
+    sys.exit(dead_letters(sys.argv[2:]))
+
 from .cli import main
 
 sys.exit(main())

@@ -225,6 +225,81 @@ class LogSettings:
 
 
 @dataclass(frozen=True)
+class StoreSettings:
+    """The state layer (docs/delivery.md): where notifications wait, and how long they are retried."""
+
+    url: str = opt(
+        "memory",
+        "--store",
+        "where notifications wait for delivery: memory (Flux's at-most-once), sqlite:PATH (durable, one "
+        "replica) or nats://HOST:PORT[,HOST:PORT] (durable, several replicas; NATS JetStream)",
+    )
+    delivery_max_age: float = opt(
+        3600.0,
+        "--delivery-max-age",
+        "durable stores: how long a notification is retried before it becomes a dead letter",
+        kind="duration",
+        show_default="1h",
+    )
+    retry_base: float = opt(
+        1.0,
+        "--delivery-retry-base",
+        "durable stores: first delay between attempts (doubles up to --delivery-retry-cap, with jitter)",
+        kind="duration",
+        show_default="1s",
+    )
+    retry_cap: float = opt(
+        300.0,
+        "--delivery-retry-cap",
+        "durable stores: longest delay between attempts",
+        kind="duration",
+        show_default="5m",
+    )
+    breaker_threshold: int = opt(
+        5,
+        "--circuit-breaker-threshold",
+        "durable stores: consecutive failures that pause a Provider's lane (then one probe at a time)",
+        kind="int",
+    )
+    breaker_cooldown: float = opt(
+        30.0,
+        "--circuit-breaker-cooldown",
+        "durable stores: first pause of a failing Provider's lane (doubles up to 5m while probes fail)",
+        kind="duration",
+        show_default="30s",
+    )
+    ack_wait: float = opt(
+        30.0,
+        "--store-ack-wait",
+        "durable stores: how long a delivery holds its notification before another worker may retry it",
+        kind="duration",
+        show_default="30s",
+    )
+    nats_creds: Path | None = opt(
+        None,
+        "--store-nats-creds",
+        "NATS store: a .creds file (JWT + nkey), mounted from a Secret",
+        kind="path",
+    )
+    nats_user: str = opt("", "--store-nats-user", "NATS store: user name")
+    nats_password_file: Path | None = opt(
+        None,
+        "--store-nats-password-file",
+        "NATS store: a file holding the password (a mounted Secret)",
+        kind="path",
+    )
+    nats_tls_ca: Path | None = opt(
+        None, "--store-nats-tls-ca", "NATS store: CA bundle to verify the server", kind="path"
+    )
+    nats_tls_cert: Path | None = opt(
+        None, "--store-nats-tls-cert", "NATS store: client certificate (mutual TLS)", kind="path"
+    )
+    nats_tls_key: Path | None = opt(
+        None, "--store-nats-tls-key", "NATS store: client key (mutual TLS)", kind="path"
+    )
+
+
+@dataclass(frozen=True)
 class Settings:
     server: ServerSettings = field(default_factory=ServerSettings)
     events: EventSettings = field(default_factory=EventSettings)
@@ -233,6 +308,7 @@ class Settings:
     kube: KubeSettings = field(default_factory=KubeSettings)
     tokens: TokenCacheSettings = field(default_factory=TokenCacheSettings)
     log: LogSettings = field(default_factory=LogSettings)
+    store: StoreSettings = field(default_factory=StoreSettings)
     feature_gates: dict[str, bool] = opt(
         dict,
         "--feature-gates",

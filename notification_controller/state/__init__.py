@@ -19,12 +19,23 @@ from urllib.parse import parse_qs
 
 from ..core.clock import Clock
 from ..errors import ConfigError
+from ..settings import StoreSettings
 from .base import DEFAULT_ACK_WAIT, DeadLetter, KVEntry, LaneStats, Lease, NewItem, Store
 
 if TYPE_CHECKING:  # nats-py is imported only when a nats:// store is opened
     from .nats import NATSAuth
 
-__all__ = ["STORE_URL_HELP", "DeadLetter", "KVEntry", "LaneStats", "Lease", "NewItem", "Store", "open_store"]
+__all__ = [
+    "STORE_URL_HELP",
+    "store_from_settings",
+    "DeadLetter",
+    "KVEntry",
+    "LaneStats",
+    "Lease",
+    "NewItem",
+    "Store",
+    "open_store",
+]
 
 STORE_URL_HELP = (
     "memory, sqlite:PATH[?synchronous=full|normal] or nats://HOST:PORT[,HOST:PORT][?prefix=nc&replicas=N]"
@@ -93,3 +104,30 @@ def open_store(
             servers, auth=nats_auth, prefix=prefix, replicas=int(replicas), ack_wait=ack_wait, clock=clock
         )
     raise _bad(url, "unknown scheme")
+
+
+def store_from_settings(settings: StoreSettings, *, clock: Clock | None = None) -> Store:
+    """``open_store`` for the ``--store*`` flags; NATS credentials are read from their files here, once."""
+    nats_auth = None
+    if settings.url.strip().startswith("nats://"):
+        from .nats import NATSAuth
+
+        password = None
+        if settings.nats_password_file is not None:
+            try:
+                password = settings.nats_password_file.read_text().strip()
+            except OSError as exc:
+                raise ConfigError(
+                    f"cannot read --store-nats-password-file {str(settings.nats_password_file)!r}: "
+                    f"{exc.strerror or type(exc).__name__}",
+                    reason="InvalidStore",
+                ) from exc
+        nats_auth = NATSAuth(
+            creds_file=str(settings.nats_creds) if settings.nats_creds else None,
+            user=settings.nats_user or None,
+            password=password,
+            tls_ca_file=str(settings.nats_tls_ca) if settings.nats_tls_ca else None,
+            tls_cert_file=str(settings.nats_tls_cert) if settings.nats_tls_cert else None,
+            tls_key_file=str(settings.nats_tls_key) if settings.nats_tls_key else None,
+        )
+    return open_store(settings.url, clock=clock, ack_wait=settings.ack_wait, nats_auth=nats_auth)
