@@ -102,3 +102,59 @@ class EventMetrics:
             "Objects whose labels (or absence) are cached for label-selected Alerts.",
             registry=registry,
         )
+
+
+class DeliveryMetrics:
+    """Durable delivery (``--store``): the outbox, attempts, dead letters, the store itself (docs/metrics.md)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.outbox_depth = Gauge(
+            "notification_outbox_depth",
+            "Notifications in the durable outbox, per Provider (due, waiting for a retry, or being sent).",
+            ["provider"],
+            registry=registry,
+        )
+        self.outbox_oldest = Gauge(
+            "notification_outbox_oldest_age_seconds",
+            "Age of the oldest notification in the durable outbox, per Provider.",
+            ["provider"],
+            registry=registry,
+        )
+        self.attempts = Counter(
+            "notification_delivery_attempts_total",
+            "Delivery attempts from the durable outbox (first attempts and retries).",
+            ["provider_type"],
+            registry=registry,
+        )
+        self.redeliveries = Counter(
+            "notification_redeliveries_total",
+            "Attempts after the first for the same notification (retries, or a lease taken over from a lost "
+            "worker).",
+            ["provider_type"],
+            registry=registry,
+        )
+        self.dead_letters = Counter(
+            "notification_dead_letters_total",
+            "Notifications given up on and kept as dead letters, by reason (max-age, permanent).",
+            ["provider_type", "reason"],
+            registry=registry,
+        )
+        self.breaker_open = Gauge(
+            "notification_circuit_breaker_open",
+            "1 while a Provider's lane is paused by its circuit breaker (open or probing), else 0.",
+            ["provider"],
+            registry=registry,
+        )
+        self.store_errors = Counter(
+            "notification_store_errors_total",
+            "State store operations that failed (the store was unreachable or refused), by operation.",
+            ["store", "operation"],
+            registry=registry,
+        )
+        self.store_duration = Histogram(
+            "notification_store_operation_duration_seconds",
+            "Duration of state store operations, by operation.",
+            ["store", "operation"],
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0),
+            registry=registry,
+        )
