@@ -27,7 +27,6 @@ if TYPE_CHECKING:  # nats-py is imported only when a nats:// store is opened
 
 __all__ = [
     "STORE_URL_HELP",
-    "store_from_settings",
     "DeadLetter",
     "KVEntry",
     "LaneStats",
@@ -35,6 +34,7 @@ __all__ = [
     "NewItem",
     "Store",
     "open_store",
+    "store_from_settings",
 ]
 
 STORE_URL_HELP = (

@@ -152,6 +152,11 @@ class Store(Protocol):
         every caller until then, on every replica sharing the store."""
         ...
 
+    async def forget(self, key: str, ttl: float) -> None:
+        """Take ``key`` out of the ``ttl`` duplicate window (its ``seen`` answered False but the work it
+        admitted failed, e.g. the append after it: the emitter's retry must not be called a duplicate)."""
+        ...
+
     async def kv_get(self, key: str) -> KVEntry | None: ...
 
     async def kv_put(self, key: str, value: bytes, *, ttl: float | None = None) -> int:

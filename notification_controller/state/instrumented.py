@@ -29,6 +29,7 @@ OPERATIONS = (
     "replay",
     "drop",
     "seen",
+    "forget",
     "kv_get",
     "kv_put",
     "kv_cas",
@@ -102,6 +103,9 @@ class InstrumentedStore:
 
     async def seen(self, key: str, ttl: float) -> bool:
         return await self._call("seen", lambda: self.inner.seen(key, ttl))
+
+    async def forget(self, key: str, ttl: float) -> None:
+        await self._call("forget", lambda: self.inner.forget(key, ttl))
 
     async def kv_get(self, key: str) -> KVEntry | None:
         return await self._call("kv_get", lambda: self.inner.kv_get(key))

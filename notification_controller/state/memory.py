@@ -147,6 +147,9 @@ class MemoryStore:
         self._seen[key] = now + ttl
         return False
 
+    async def forget(self, key: str, ttl: float) -> None:
+        self._seen.pop(key, None)
+
     def _live(self, key: str) -> KVEntry | None:
         found = self._kv.get(key)
         if found is None:

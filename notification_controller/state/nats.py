@@ -450,16 +450,25 @@ class NATSStore:
         return count
 
     # ---- duplicate window and KV ---------------------------------------------------------------------
-    async def seen(self, key: str, ttl: float) -> bool:
+    async def _seen_bucket(self, js: JetStreamContext, ttl: float) -> KeyValue:
         window = max(1, round(ttl * 1000))
+        bucket = self._seen.get(window)
+        if bucket is None:
+            async with self._setup:
+                bucket = self._seen.get(window) or await self._bucket(
+                    js, f"{self.seen_bucket_prefix}{window}", window / 1000
+                )
+                self._seen[window] = bucket
+        return bucket
+
+    async def forget(self, key: str, ttl: float) -> None:
         async with self._guard("duplicate window") as js:
-            bucket = self._seen.get(window)
-            if bucket is None:
-                async with self._setup:
-                    bucket = self._seen.get(window) or await self._bucket(
-                        js, f"{self.seen_bucket_prefix}{window}", window / 1000
-                    )
-                    self._seen[window] = bucket
+            bucket = await self._seen_bucket(js, ttl)
+            await bucket.delete(hashlib.sha256(key.encode()).hexdigest())
+
+    async def seen(self, key: str, ttl: float) -> bool:
+        async with self._guard("duplicate window") as js:
+            bucket = await self._seen_bucket(js, ttl)
             try:
                 await bucket.create(hashlib.sha256(key.encode()).hexdigest(), b"")
             except nats.js.errors.KeyWrongLastSequenceError:

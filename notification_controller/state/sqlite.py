@@ -299,6 +299,9 @@ class SQLiteStore:
 
         return await self._run(check)
 
+    async def forget(self, key: str, ttl: float) -> None:
+        await self._run(lambda c: c.execute("DELETE FROM seen WHERE key = ?", (key,)))
+
     async def kv_get(self, key: str) -> KVEntry | None:
         now = self._now()
         row = await self._run(

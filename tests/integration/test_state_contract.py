@@ -169,6 +169,17 @@ async def test_duplicate_window_first_caller_wins_until_the_ttl(backend: Backend
     assert await store.seen("event-key", 1.0) is True
 
 
+async def test_forget_reopens_the_duplicate_window_for_that_key_only(backend: Backend) -> None:
+    store = backend.store
+    assert await store.seen("event-key", 60.0) is False
+    assert await store.seen("kept-key", 60.0) is False
+    await store.forget("event-key", 60.0)  # the append after it failed: the emitter's retry is no duplicate
+    assert await store.seen("event-key", 60.0) is False
+    assert await store.seen("event-key", 60.0) is True
+    assert await store.seen("kept-key", 60.0) is True
+    await store.forget("never-seen", 60.0)  # nothing to forget: no error
+
+
 async def test_kv_compare_and_set_and_ttl(backend: Backend) -> None:
     store = backend.store
     assert await store.kv_get("receiver/replay/abc") is None
