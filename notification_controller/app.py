@@ -151,7 +151,7 @@ class App:
                 object_level_workload_identity=s.gate("ObjectLevelWorkloadIdentity"),
                 default_service_account=s.kube.default_service_account,
             ),
-            stages=[self.hooks.pre_dispatch],
+            pre_send=[self.hooks.pre_dispatch],
             redactor=self.redactor,
             tokens=(
                 TokenCache(capacity=s.tokens.max_size, max_ttl=s.tokens.max_duration)

@@ -1,22 +1,164 @@
-"""Values that flow through the pipeline."""
+"""Values that flow through the pipeline, and the two kinds of stage.
+
+* ``Draft``: one event × one matched Alert while the *pre-queue* stages run (Flux's per-Alert rules in
+  ``rules.py``, then any stage added at composition time). It holds the live Alert and Provider.
+* ``Notification``: what a pre-queue pass produces and a lane (or the durable outbox) holds: plain data
+  — the event, references to the Alert and Provider with their generations, the commit-status id, the
+  attempt count and a stable id (the ``Idempotency-Key``). ``to_json``/``from_json`` round-trip it, so a
+  durable store can keep it; nothing live (notifier, TLS context, session) is in it.
+* ``Delivery``: a Notification resolved at send time against the *current* Alert and Provider (and the
+  Provider's cached notifier), which the *pre-send* stages (hooks, templates) see and may change.
+
+Every reason a notification is not sent is a ``DropReason``: the value labels
+``notification_dropped_total{reason}``.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Protocol
+import enum
+import uuid
+from collections.abc import Awaitable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import orjson
 
 from ..api.alert import Alert
 from ..api.event import Event
 from ..api.provider import Provider
+from ..errors import ControllerError
 from ..providers.base import Notifier, ProviderOptions
 from ..store.base import ObjectRef
 
+FORMAT_VERSION = 1
 
-@dataclass(frozen=True)
+
+class DropReason(enum.StrEnum):
+    OVERLOAD = "overload"  # --max-pending-notifications reached, or the message-filter backlog is full
+    SHUTDOWN = "shutdown"  # still queued or in flight when the shutdown grace period ended
+    SUSPENDED = "suspended"  # the Provider is suspended
+    COMMIT_STATUS = "commit_status"  # commit-status Provider, event without commit metadata (Flux's rule)
+    COMMIT_STATUS_UPDATE = "commit_status_update"  # a commit-status update for a non-git Provider
+    CHANGE_REQUEST = "change_request"  # change-request Provider, event without the change request key
+    CONFIG = "config"  # the Alert or Provider cannot be used (missing Provider, refused Alert, bad CEL)
+    INTERNAL = "internal"  # a bug: logged with its type
+    STAGE_ERROR = "stage_error"  # a stage raised
+    HOOK = "hook"  # a pre-dispatch hook dropped it
+    GONE = "gone"  # the Alert or Provider was deleted before the notification was sent
+    LABEL_LOOKUP = "label_lookup"  # the involved object's labels could not be read
+    LABEL_LOOKUP_OVERLOAD = "label_lookup_overload"
+    LABEL_LOOKUP_REJECTED = "label_lookup_rejected"
+
+
+@dataclass(frozen=True, slots=True)
+class Ref:
+    """A namespaced object and the generation it had when the notification was made."""
+
+    namespace: str
+    name: str
+    generation: int = 0
+
+    @classmethod
+    def of(cls, obj: Alert | Provider) -> Ref:
+        meta = obj.metadata
+        return cls(meta.namespace, meta.name, meta.generation or 0)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
 class Notification:
-    """One event on its way to one Alert's Provider."""
+    """One event on its way to one Alert's Provider, as plain data (see the module docstring)."""
 
+    id: str
+    event: Event
+    alert: Ref
+    provider: Ref
+    provider_type: str
+    commit_status: str = ""
+    attempt: int = 0
+
+    @property
+    def lane(self) -> str:
+        """The delivery lane (and outbox key): one per Provider."""
+        return self.provider.key
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(
+            {
+                "v": FORMAT_VERSION,
+                "id": self.id,
+                "alert": {
+                    "namespace": self.alert.namespace,
+                    "name": self.alert.name,
+                    "generation": self.alert.generation,
+                },
+                "provider": {
+                    "namespace": self.provider.namespace,
+                    "name": self.provider.name,
+                    "generation": self.provider.generation,
+                    "type": self.provider_type,
+                },
+                "commitStatus": self.commit_status,
+                "attempt": self.attempt,
+                "event": orjson.Fragment(self.event.to_go_json()),
+            }
+        )
+
+    @classmethod
+    def from_json(cls, data: bytes) -> Notification:
+        """Raises ``ControllerError`` for bytes this version cannot read."""
+        try:
+            raw = orjson.loads(data)
+            if raw.get("v") != FORMAT_VERSION:
+                raise ValueError(f"format version {raw.get('v')!r}")
+            alert, provider = raw["alert"], raw["provider"]
+            return cls(
+                id=str(raw["id"]),
+                event=Event.from_raw(raw["event"]),
+                alert=Ref(str(alert["namespace"]), str(alert["name"]), int(alert["generation"])),
+                provider=Ref(str(provider["namespace"]), str(provider["name"]), int(provider["generation"])),
+                provider_type=str(provider["type"]),
+                commit_status=str(raw.get("commitStatus", "")),
+                attempt=int(raw.get("attempt", 0)),
+            )
+        except (ValueError, KeyError, TypeError, AttributeError, ControllerError) as exc:
+            raise ControllerError(f"unreadable stored notification: {type(exc).__name__}: {exc}") from None
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+@dataclass(frozen=True, slots=True)
+class Draft:
+    """An event matched by an Alert, while the pre-queue stages decide (``provider`` is set by the rule
+    that looks it up: the first Flux rule but one)."""
+
+    event: Event
+    alert: Alert
+    provider: Provider | None = None
+    commit_status: str = ""
+
+    def notification(self) -> Notification:
+        assert self.provider is not None, "the provider rule runs before the draft is queued"
+        return Notification(
+            new_id(),
+            self.event,
+            Ref.of(self.alert),
+            Ref.of(self.provider),
+            str(self.provider.spec.type),
+            self.commit_status,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """A Notification resolved at send time; what the pre-send stages see."""
+
+    notification: Notification
     event: Event
     alert: Alert
     provider: Provider
@@ -25,7 +167,7 @@ class Notification:
 
     @property
     def provider_type(self) -> str:
-        return str(self.provider.spec.type)
+        return self.notification.provider_type
 
     @property
     def alert_ref(self) -> ObjectRef:
@@ -34,20 +176,32 @@ class Notification:
 
 @dataclass(frozen=True)
 class Drop:
-    """A stage decided this notification must not be sent. ``reason`` is a metric label."""
+    """A stage decided this notification must not be sent. ``reason`` labels the drop metric."""
 
-    reason: str
+    reason: DropReason | str
     message: str = ""
     warn: bool = False  # emit a Warning Kubernetes Event on the Alert
     provider_type: str = ""  # metric label when the drop happens before a Notification exists
 
 
-class Stage(Protocol):
-    """A pipeline step between preparation and delivery: return the (possibly new) notification or a Drop."""
+class PreQueueStage(Protocol):
+    """Runs before a notification takes a pending slot (or is written to the outbox): return the draft
+    (possibly replaced), a Drop, or an awaitable of either (a stage that needs I/O). Raising
+    ``ControllerError`` drops it with a ``NotificationDispatchFailed`` Warning on the Alert."""
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
-    async def __call__(self, notification: Notification) -> Notification | Drop: ...
+    def __call__(self, draft: Draft, /) -> Draft | Drop | Awaitable[Draft | Drop]: ...
+
+
+class PreSendStage(Protocol):
+    """Runs in the lane, after the notification was resolved and before the request is built."""
+
+    @property
+    def name(self) -> str: ...
+
+    async def __call__(self, delivery: Delivery, /) -> Delivery | Drop: ...
 
 
 class EventSink(Protocol):
@@ -63,18 +217,6 @@ class EventSink(Protocol):
     ) -> None: ...
 
 
-@dataclass
-class LogSink:
-    """An EventSink that only remembers events (local mode without a cluster logs them instead)."""
-
-    events: list[tuple[ObjectRef, str, str, str]] = field(default_factory=list)
-
-    async def emit(
-        self,
-        ref: ObjectRef,
-        type_: str,
-        reason: str,
-        message: str,
-        annotations: Mapping[str, str] | None = None,
-    ) -> None:
-        self.events.append((ref, type_, reason, message))
+def describe(value: Any) -> str:
+    """A stage's name for logs."""
+    return str(getattr(value, "name", type(value).__name__))

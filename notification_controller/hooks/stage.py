@@ -1,4 +1,4 @@
-"""The ``pre-dispatch`` phase: a dispatcher ``Stage`` that lets hooks rewrite or drop a notification.
+"""The ``pre-dispatch`` phase: a pre-send stage of the dispatcher that lets hooks rewrite or drop a notification.
 
 Runs per notification (one event × one matched Alert), after matching and metadata merge, before the
 provider is called. Request::
@@ -25,26 +25,26 @@ import orjson
 
 from ..api.event import SEVERITY_ERROR, SEVERITY_INFO, SEVERITY_TRACE, Event, EventDecodeError
 from ..api.hooks import HookCapability
-from ..dispatch.model import Drop, Notification
+from ..dispatch.model import Delivery, Drop, DropReason
 from .chain import Applied, Chain, Stopped, invalid
 from .client import HookTarget
 from .metrics import Outcome
 from .registry import BoundHook, HookSet
 
 PHASE = HookCapability.PRE_DISPATCH.value
-DROP_REASON = "hook"
+DROP_REASON = DropReason.HOOK
 SEVERITIES = frozenset({SEVERITY_INFO, SEVERITY_ERROR, SEVERITY_TRACE})
 
 
 class PreDispatchHooks:
-    """``Stage`` of the dispatcher (``Dispatcher(..., stages=[PreDispatchHooks(...)])``)."""
+    """Pre-send stage of the dispatcher (``Dispatcher(..., pre_send=[PreDispatchHooks(...)])``)."""
 
     def __init__(self, hooks: HookSet, chain: Chain) -> None:
         self.name = "hooks"
         self.hooks = hooks
         self.chain = chain
 
-    async def __call__(self, notification: Notification) -> Notification | Drop:
+    async def __call__(self, notification: Delivery) -> Delivery | Drop:
         hooks = self.hooks.for_notification(notification.alert, notification.provider)
         if not hooks:
             return notification

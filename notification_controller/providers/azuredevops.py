@@ -105,7 +105,7 @@ class AzureDevOpsNotifier:
             headers["Content-Type"] = "application/json"
         return headers
 
-    def build_status(self, event: Event) -> AzureDevOpsStatus | None:
+    def build_status(self, event: Event, commit_status: str = "") -> AzureDevOpsStatus | None:
         if is_progressing(event):
             return None
         sha = commit_sha(event)
@@ -113,7 +113,9 @@ class AzureDevOpsNotifier:
         _, description = format_name_and_description(event)
         summary = event.metadata.get("summary")
         genre = f"{GENRE}:{summary}" if summary else GENRE
-        return AzureDevOpsStatus(sha, state, description, commit_status_id(self.opts, event), genre)
+        return AzureDevOpsStatus(
+            sha, state, description, commit_status_id(self.opts, event, commit_status), genre
+        )
 
     def list_request(self, status: AzureDevOpsStatus, token: str = "") -> OutboundRequest:
         return OutboundRequest("GET", self._url(status.sha), self._headers(token or self.token))
@@ -131,7 +133,7 @@ class AzureDevOpsNotifier:
         )
 
     async def post(self, event: Event, ctx: DeliveryContext) -> None:
-        status = self.build_status(event)
+        status = self.build_status(event, ctx.commit_status)
         if status is None:
             return
         call = Caller(ctx, self.opts)

@@ -103,6 +103,7 @@ class DeliveryContext:
     alert: Alert | None = None
     tokens: TokenCache | None = None  # owned by the dispatcher (GitHub App and cloud tokens)
     identity: WorkloadIdentity | None = None  # cloud workload identity (providers/identity.py)
+    commit_status: str = ""  # git providers: this delivery's commit status id (dispatch/rules.py)
 
 
 class Notifier(Protocol):

@@ -122,13 +122,15 @@ class BitbucketNotifier:
             headers["Content-Type"] = "application/json"
         return headers
 
-    def build_status(self, event: Event) -> BitbucketStatus | None:
+    def build_status(self, event: Event, commit_status: str = "") -> BitbucketStatus | None:
         if is_progressing(event):
             return None
         sha = commit_sha(event)
         state = bitbucket_state(event)
         name, description = format_name_and_description(event)
-        return BitbucketStatus(sha, sha1_hex(commit_status_id(self.opts, event)), state, name, description)
+        return BitbucketStatus(
+            sha, sha1_hex(commit_status_id(self.opts, event, commit_status)), state, name, description
+        )
 
     def get_request(self, status: BitbucketStatus) -> OutboundRequest:
         return OutboundRequest("GET", self._url(status.sha, path_segment(status.key)), self._headers())
@@ -146,7 +148,7 @@ class BitbucketNotifier:
         return OutboundRequest("POST", self._url(status.sha), self._headers(body=True), body)
 
     async def post(self, event: Event, ctx: DeliveryContext) -> None:
-        status = self.build_status(event)
+        status = self.build_status(event, ctx.commit_status)
         if status is None:
             return
         call = Caller(ctx, self.opts)

@@ -137,7 +137,7 @@ class BitbucketServerNotifier:
             headers["Content-Type"] = "application/json"
         return headers
 
-    def build_status(self, event: Event) -> BitbucketServerStatus | None:
+    def build_status(self, event: Event, commit_status: str = "") -> BitbucketServerStatus | None:
         if is_progressing(event):
             return None
         try:
@@ -149,7 +149,11 @@ class BitbucketServerNotifier:
         state = bitbucket_server_state(event)
         name, description = format_name_and_description(event)
         return BitbucketServerStatus(
-            sha, sha1_hex(commit_status_id(self.opts, event)), state, f"{name} [{description}]", description
+            sha,
+            sha1_hex(commit_status_id(self.opts, event, commit_status)),
+            state,
+            f"{name} [{description}]",
+            description,
         )
 
     def builds_url(self, sha: str) -> str:
@@ -173,7 +177,7 @@ class BitbucketServerNotifier:
         return OutboundRequest("POST", self.builds_url(status.sha), self._headers(body=True), body)
 
     async def post(self, event: Event, ctx: DeliveryContext) -> None:
-        status = self.build_status(event)
+        status = self.build_status(event, ctx.commit_status)
         if status is None:
             return
         call = Caller(ctx, self.opts)

@@ -210,14 +210,16 @@ def default_commit_status(event: Event, provider_uid: str) -> str:
     return f"{obj.kind}/{obj.name}/{provider_uid.split('-', 1)[0]}".lower()
 
 
-def commit_status_id(opts: ProviderOptions, event: Event) -> str:
+def commit_status_id(opts: ProviderOptions, event: Event, commit_status: str = "") -> str:
     """The commit status id of a delivery (reference §3.6 step 9).
 
-    The dispatcher sets ``opts.commit_status`` (``spec.commitStatusExpr`` or the default formula) before
-    it delivers; a notifier built without it (the dispatcher's first, event-independent build, tools and
-    tests) falls back to the default formula. With neither an id nor a Provider UID there is nothing to
-    key the status on, as in Flux: ``commit status cannot be empty``.
+    The dispatcher computes it per notification (``spec.commitStatusExpr`` or the default formula,
+    ``dispatch/rules.py``) and hands it over as ``DeliveryContext.commit_status``; without it (tools and
+    tests) ``opts.commit_status``, then the default formula. With neither an id nor a Provider UID there is
+    nothing to key the status on, as in Flux: ``commit status cannot be empty``.
     """
+    if commit_status:
+        return commit_status
     if opts.commit_status:
         return opts.commit_status
     if opts.uid:

@@ -120,11 +120,11 @@ class GiteaNotifier:
         self.token = gitea_token(opts)
         self.repo = GiteaRepo.from_address(opts.address)
 
-    def build_status(self, event: Event) -> GiteaStatus:
+    def build_status(self, event: Event, commit_status: str = "") -> GiteaStatus:
         sha = commit_sha(event)
         state = gitea_state(event)
         _, description = format_name_and_description(event)
-        return GiteaStatus(sha, state, description, commit_status_id(self.opts, event))
+        return GiteaStatus(sha, state, description, commit_status_id(self.opts, event, commit_status))
 
     def list_request(self, status: GiteaStatus) -> OutboundRequest:
         url = self.repo.url("commits", path_segment(status.sha), "statuses") + "?page=0&limit=50"
@@ -140,7 +140,7 @@ class GiteaNotifier:
         return OutboundRequest("POST", url, gitea_headers(self.token, body=True), body)
 
     async def post(self, event: Event, ctx: DeliveryContext) -> None:
-        status = self.build_status(event)
+        status = self.build_status(event, ctx.commit_status)
         call = Caller(ctx, self.opts)
         listing = await call.send_json(
             self.list_request(status), what="could not list commit statuses", proxy=True

@@ -98,14 +98,14 @@ class GitHubNotifier:
         self.auth = GitHubAuth(opts)
         self.repo = GitHubRepo.from_address(opts.address)
 
-    def build_status(self, event: Event) -> GitHubStatus | None:
+    def build_status(self, event: Event, commit_status: str = "") -> GitHubStatus | None:
         """The status to set for ``event``, or None when the event is skipped (``Progressing``)."""
         if is_progressing(event):
             return None
         sha = commit_sha(event)
         state = github_state(event)
         _, description = format_name_and_description(event)
-        return GitHubStatus(sha, state, description, commit_status_id(self.opts, event))
+        return GitHubStatus(sha, state, description, commit_status_id(self.opts, event, commit_status))
 
     def list_request(self, status: GitHubStatus, token: str) -> OutboundRequest:
         url = self.repo.url("commits", path_segment(status.sha), "statuses") + "?per_page=50"
@@ -121,7 +121,7 @@ class GitHubNotifier:
         return OutboundRequest("POST", url, github_headers(token, body=True), body)
 
     async def post(self, event: Event, ctx: DeliveryContext) -> None:
-        status = self.build_status(event)
+        status = self.build_status(event, ctx.commit_status)
         if status is None:
             return
         call = Caller(ctx, self.opts)

@@ -105,13 +105,13 @@ class GitLabNotifier:
         self.token = gitlab_token(opts)
         self.project = GitLabProject.from_address(opts.address)
 
-    def build_status(self, event: Event) -> GitLabStatus | None:
+    def build_status(self, event: Event, commit_status: str = "") -> GitLabStatus | None:
         if is_progressing(event):
             return None
         sha = commit_sha(event)
         state = gitlab_state(event)
         _, description = format_name_and_description(event)
-        return GitLabStatus(sha, state, description, commit_status_id(self.opts, event))
+        return GitLabStatus(sha, state, description, commit_status_id(self.opts, event, commit_status))
 
     def list_request(self, status: GitLabStatus) -> OutboundRequest:
         url = self.project.url("repository", "commits", path_segment(status.sha), "statuses")
@@ -123,7 +123,7 @@ class GitLabNotifier:
         return OutboundRequest("POST", url, gitlab_headers(self.token, body=True), body)
 
     async def post(self, event: Event, ctx: DeliveryContext) -> None:
-        status = self.build_status(event)
+        status = self.build_status(event, ctx.commit_status)
         if status is None:
             return
         call = Caller(ctx, self.opts)

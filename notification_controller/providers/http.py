@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextvars
 import functools
 import io
 import logging
@@ -32,6 +33,11 @@ from .base import OutboundRequest, OutboundResponse
 from .retry import backoff, classify_exception, classify_status, describe_exception
 
 log = logging.getLogger(__name__)
+
+IDEMPOTENCY_KEY: contextvars.ContextVar[str] = contextvars.ContextVar("idempotency_key", default="")
+"""Set by the dispatcher around a delivery from a durable outbox: every request of that delivery carries
+it as ``Idempotency-Key`` (IETF httpapi-idempotency-key-header), on every attempt, so a receiver can drop
+redeliveries. A header of that name from the Provider's own headers wins."""
 
 MAX_REDIRECTS = 10
 MAX_SOCKS_SESSIONS = 32
@@ -194,6 +200,9 @@ class OutboundHTTP:
                 f"{request.method} {redact_url(url)}: invalid URL", reason="invalid_url"
             ) from None
         headers: Mapping[str, str] = request.headers  # read only: aiohttp copies it into its own multidict
+        key = IDEMPOTENCY_KEY.get()
+        if key and not any(name.lower() == "idempotency-key" for name in headers):
+            headers = {**headers, "Idempotency-Key": key}
         if request.basic_auth:  # set by hand: aiohttp.BasicAuth is deprecated in aiohttp 3.14
             user, password = request.basic_auth
             token = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")

@@ -24,6 +24,7 @@ unbounded: 100,000 random paths were 100,000 new series per metric (issue 11 ite
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -36,6 +37,8 @@ from ..api.event import Event, EventDecodeError
 from ..core.metadata import cleanup_metadata
 from ..core.ratelimit import FixedWindowLimiter, event_key
 from ..dispatch.dispatcher import Dispatcher
+from ..dispatch.duplicates import SharedDuplicateWindow
+from ..errors import StoreError
 from ..metrics import EventMetrics
 
 log = logging.getLogger(__name__)
@@ -72,6 +75,7 @@ def create_event_app(
     metrics: EventMetrics,
     *,
     ready: Callable[[], bool],
+    shared_window: SharedDuplicateWindow | None = None,
     export_path_metrics: bool = False,
     settings: EventServerSettings | None = None,
 ) -> web.Application:
@@ -163,7 +167,14 @@ def create_event_app(
         if not ready():
             metrics.events_rejected.labels(reason="not_ready").inc()
             return web.Response(status=503, headers={"Retry-After": "5"})
-        decision = limiter.take(event_key(event))
+        key = event_key(event)
+        if shared_window is None:
+            decision = limiter.take(key)
+        else:  # a durable store: the window is shared by every replica (dispatch/duplicates.py)
+            try:
+                decision = await shared_window.take(key)
+            except StoreError as exc:
+                return _store_unavailable(event, exc)
         headers = decision.headers()
         if not decision.allowed:
             metrics.events_rejected.labels(reason="rate_limited").inc()
@@ -172,9 +183,21 @@ def create_event_app(
             )
             headers["X-Content-Type-Options"] = "nosniff"
             return web.Response(status=429, text="Too Many Requests\n", headers=headers)
+        try:
+            await dispatcher.admit(event)
+        except StoreError as exc:  # durable store unreachable: never 202-and-lose; the emitter retries
+            if shared_window is not None:
+                # the window ends by itself if even this fails; until then the retry is answered 429
+                with contextlib.suppress(StoreError):
+                    await shared_window.release(key)
+            return _store_unavailable(event, exc)
         events_received.inc()
-        dispatcher.submit(event)
         return web.Response(status=202, headers=headers)
+
+    def _store_unavailable(event: Event, exc: StoreError) -> web.Response:
+        metrics.events_rejected.labels(reason="store_unavailable").inc()
+        log.warning("refusing event for %s (503): %s", event.involved_object.describe(), exc)
+        return web.Response(status=503, text="state store unavailable\n", headers={"Retry-After": "5"})
 
     app = web.Application(client_max_size=MAX_BODY)
     app.router.add_route("*", "/{tail:.*}", handle)

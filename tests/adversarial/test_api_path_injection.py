@@ -46,7 +46,7 @@ from notification_controller.core.apiref import (
 )
 from notification_controller.core.webhook import webhook_path
 from notification_controller.dispatch.dispatcher import Dispatcher
-from notification_controller.dispatch.model import LogSink
+from tests.support.sinks import LogSink
 from notification_controller.errors import KubeError
 from notification_controller.kube.client import KubeClient, api_path
 from notification_controller.kube.cluster import KubeCluster

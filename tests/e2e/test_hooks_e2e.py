@@ -90,7 +90,7 @@ async def controller(kubeconfig: Path, namespace: str) -> AsyncIterator[App]:
             runtime_namespace=namespace,
             clock=app.clock,
         )
-        app.dispatcher.stages.append(hooks.pre_dispatch)
+        app.dispatcher.pre_send.append(hooks.pre_dispatch)
         app.controllers.set_hooks(hooks.reconcile)
     await app.start()
     try:

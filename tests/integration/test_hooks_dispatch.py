@@ -26,7 +26,7 @@ from notification_controller.api.event import Event
 from notification_controller.api.hooks import HooksConfig
 from notification_controller.api.objects import parse_object
 from notification_controller.dispatch.dispatcher import Dispatcher
-from notification_controller.dispatch.model import LogSink
+from tests.support.sinks import LogSink
 from notification_controller.hooks import Hooks
 from notification_controller.metrics import EventMetrics
 from notification_controller.providers.http import OutboundHTTP, RetryPolicy
@@ -101,7 +101,7 @@ async def rig(config: HooksConfig | None = None) -> AsyncIterator[Rig]:
         backoff_max=0.05,
     )
     sink = LogSink()
-    dispatcher = Dispatcher(store, cluster, http, sink, EventMetrics(registry), stages=[hooks.pre_dispatch])
+    dispatcher = Dispatcher(store, cluster, http, sink, EventMetrics(registry), pre_send=[hooks.pre_dispatch])
     try:
         async with CaptureServer() as provider:
             yield Rig(store, cluster, registry, sink, dispatcher, provider)

@@ -88,7 +88,7 @@ async def hooked_app(manifests: Path, hooks_config: Path | None = None) -> Async
             runtime_namespace=settings.kube.runtime_namespace,
             clock=app.clock,
         )
-        app.dispatcher.stages.append(hooks.pre_dispatch)
+        app.dispatcher.pre_send.append(hooks.pre_dispatch)
         app.controllers.set_hooks(hooks.reconcile)
     await app.start()
     try:

@@ -33,7 +33,7 @@ from notification_controller.api.event import Event
 from notification_controller.api.objects import parse_object
 from notification_controller.app import App
 from notification_controller.dispatch.dispatcher import Dispatcher, DispatchSettings
-from notification_controller.dispatch.model import LogSink
+from tests.support.sinks import LogSink
 from notification_controller.errors import KubeError
 from notification_controller.metrics import EventMetrics
 from notification_controller.providers.http import OutboundHTTP, RetryPolicy

@@ -26,7 +26,7 @@ from notification_controller.api.objects import parse_object
 from notification_controller.core.gojson import GoStruct, _dumps_stdlib, _sort_maps, dumps
 from notification_controller.core.metadata import _combine_with_sources, combine_metadata
 from notification_controller.dispatch.dispatcher import Dispatcher
-from notification_controller.dispatch.model import LogSink
+from tests.support.sinks import LogSink
 from notification_controller.metrics import EventMetrics
 from notification_controller.providers.base import OutboundRequest
 from notification_controller.providers.http import OutboundHTTP, RetryPolicy

@@ -1,0 +1,159 @@
+"""Per-Provider delivery lanes in this process (the ``memory`` store: Flux's at-most-once).
+
+* one lane per Provider, up to ``concurrency`` workers each; a worker exists only while its lane has work;
+* a global cap on pending notifications (``max_pending``): what it refuses is dropped and counted as
+  ``overload``, never silently;
+* ``wait_idle`` waits on an event set when the last pending notification is done (no polling);
+* ``shutdown`` stops accepting, lets in-flight deliveries finish within the grace period, then cancels
+  and counts what it abandoned (``shutdown``): every notification put here ends delivered, failed or
+  dropped.
+
+With a durable store the outbox (``durable.py``) takes this module's place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from .model import DropReason, Notification
+from .report import Reporter
+
+log = logging.getLogger(__name__)
+
+Send = Callable[[Notification, float], Awaitable[None]]
+"""Deliver one notification (``queued_at`` monotonic); must not raise except ``CancelledError``."""
+
+
+@dataclass(frozen=True)
+class LaneSettings:
+    max_pending: int = 10_000
+    concurrency: int = 16
+
+
+class _Lane:
+    __slots__ = ("queue", "workers")
+
+    def __init__(self) -> None:
+        self.queue: deque[tuple[Notification, float]] = deque()
+        self.workers = 0
+
+
+class MemoryLanes:
+    durable = False
+
+    def __init__(self, settings: LaneSettings, report: Reporter, send: Send) -> None:
+        self.settings = settings
+        self.report = report
+        self.send = send
+        self._lanes: dict[str, _Lane] = {}
+        self._pending = 0
+        self._workers: set[asyncio.Task[None]] = set()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._accepting = True
+        self._interrupted = 0  # in-flight deliveries cancelled by shutdown
+
+    @property
+    def pending(self) -> int:
+        return self._pending
+
+    @property
+    def accepting(self) -> bool:
+        return self._accepting
+
+    def put(self, notification: Notification) -> bool:
+        """Queue ``notification`` in its Provider's lane; False (counted) when refused."""
+        ptype = notification.provider_type
+        if not self._accepting:
+            self.report.dropped(DropReason.SHUTDOWN, ptype)
+            return False
+        if self._pending >= self.settings.max_pending:
+            self.report.dropped(DropReason.OVERLOAD, ptype)
+            log.warning(
+                "dropping notification for %s: %d notifications pending (limit %d)",
+                notification.event.involved_object.describe(),
+                self._pending,
+                self.settings.max_pending,
+            )
+            return False
+        key = notification.lane
+        lane = self._lanes.get(key)
+        if lane is None:
+            lane = self._lanes[key] = _Lane()
+        lane.queue.append((notification, time.monotonic()))
+        self._set_pending(self._pending + 1)
+        self.report.of(ptype).notifications.inc()
+        if lane.workers < self.settings.concurrency:
+            lane.workers += 1
+            task = asyncio.get_running_loop().create_task(self._worker(key, lane))
+            self._workers.add(task)
+            task.add_done_callback(self._workers.discard)
+        return True
+
+    def _set_pending(self, value: int) -> None:
+        self._pending = value
+        self.report.metrics.pending.set(value)
+        if value:
+            self._idle.clear()
+        else:
+            self._idle.set()
+
+    async def _worker(self, key: str, lane: _Lane) -> None:
+        try:
+            while lane.queue:
+                notification, queued_at = lane.queue.popleft()
+                try:
+                    await self.send(notification, queued_at)
+                except asyncio.CancelledError:
+                    if not self._accepting:  # cut off by shutdown after the grace period: count it
+                        self._interrupted += 1
+                        self.report.dropped(DropReason.SHUTDOWN, notification.provider_type)
+                    raise
+                finally:
+                    self._set_pending(self._pending - 1)
+        finally:
+            lane.workers -= 1
+            if lane.workers == 0 and not lane.queue and self._lanes.get(key) is lane:
+                del self._lanes[key]
+
+    async def wait_idle(self, timeout: float | None = None) -> bool:
+        try:
+            async with asyncio.timeout(timeout):
+                await self._idle.wait()
+        except TimeoutError:
+            return False
+        return True
+
+    def close(self) -> None:
+        """Refuse new notifications (counted as ``shutdown``); those pending go on."""
+        self._accepting = False
+
+    async def shutdown(self, grace: float) -> int:
+        """Stop accepting; wait ``grace`` seconds for what is pending; cancel the rest; return how many
+        notifications were abandoned (queued and in flight), each counted once as ``shutdown``."""
+        self._accepting = False
+        await self.wait_idle(grace)
+        queued = 0
+        for lane in self._lanes.values():
+            while lane.queue:
+                notification, _ = lane.queue.popleft()
+                self.report.dropped(DropReason.SHUTDOWN, notification.provider_type)
+                queued += 1
+        self._set_pending(self._pending - queued)
+        workers = list(self._workers)
+        for task in workers:
+            task.cancel()
+        for task in workers:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        return queued + self._interrupted
+
+    @property
+    def interrupted(self) -> int:
+        return self._interrupted
