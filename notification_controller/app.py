@@ -1,6 +1,7 @@
 """Composition root: builds every component from ``Settings`` and runs them in one TaskGroup.
 
     store (local | kube informers) ─┬─> event server ──> Dispatcher ──> provider lanes ──> OutboundHTTP
+                                    │                       └─ --store=sqlite|nats: durable outbox ─┘
                                     ├─> receiver server ──> Cluster.annotate
                                     └─> controllers (leader only) ──> Cluster.patch_status / Events
     metrics server, health server
@@ -30,10 +31,14 @@ from .core.clock import SystemClock
 from .core.ratelimit import FixedWindowLimiter
 from .core.redact import Redactor
 from .dispatch.dispatcher import Dispatcher, DispatchSettings
+from .dispatch.duplicates import SharedDuplicateWindow
+from .dispatch.durable import DurableSettings
+from .dispatch.durable import RetryPolicy as DeliveryRetry
 from .dispatch.labels import LabelCache, LabelCacheSettings
-from .errors import ConfigError, KubeError
+from .dispatch.outbox import DurableOutbox
+from .errors import ConfigError, KubeError, StoreError
 from .hooks import Hooks, load_hooks_config
-from .metrics import EventMetrics
+from .metrics import DeliveryMetrics, EventMetrics
 from .providers.http import OutboundHTTP, RetryPolicy
 from .providers.registry import registered_types
 from .providers.tokens import TokenCache
@@ -42,6 +47,8 @@ from .server.events import runner_kwargs as event_runner_kwargs
 from .server.health import create_health_app
 from .server.metrics import create_metrics_app
 from .settings import Settings, compat_notices
+from .state import store_from_settings
+from .state.instrumented import InstrumentedStore
 from .store.base import Change, Cluster, ObjectRef, ObjectStore, secret_data
 
 log = logging.getLogger(__name__)
@@ -169,6 +176,52 @@ class App:
                 clock=self.clock,
             ),
         )
+        self._durable()
+
+    def _durable(self) -> None:
+        """``--store=sqlite:…|nats://…``: the outbox replaces the lanes, the duplicate and replay windows
+        are shared (docs/delivery.md). ``memory``: nothing here, Flux's behaviour."""
+        s = self.settings
+        self.state: InstrumentedStore | None = None
+        self.outbox: DurableOutbox | None = None
+        self.shared_window: SharedDuplicateWindow | None = None
+        self._state_open = False
+        backend = store_from_settings(s.store, clock=self.clock)
+        if not backend.durable:
+            return
+        self.state = InstrumentedStore(backend, DeliveryMetrics(self.registry))
+        self.outbox = DurableOutbox(
+            self.state,
+            self.dispatcher,
+            self.state.metrics,
+            DurableSettings(
+                max_age=s.store.delivery_max_age,
+                concurrency=s.events.provider_concurrency,
+                retry=DeliveryRetry(base=s.store.retry_base, cap=s.store.retry_cap),
+                breaker_threshold=s.store.breaker_threshold,
+                breaker_cooldown=s.store.breaker_cooldown,
+            ),
+            clock=self.clock,
+        )
+        self.dispatcher.outbox = self.outbox
+        self.shared_window = SharedDuplicateWindow(self.state, s.events.rate_limit_interval, self.clock)
+
+    async def _open_state(self) -> None:
+        """Connect to the durable store, retrying: until it answers, /readyz is false and events get 503
+        (Flux's emitters retry), rather than a crash loop."""
+        assert self.state is not None and self.outbox is not None
+        delay = 0.5
+        while True:
+            try:
+                await self.state.start()
+                break
+            except StoreError as exc:
+                log.error("state store %s unavailable, retrying in %gs: %s", self.state.kind, delay, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
+        log.info("state store %s ready: durable delivery from the outbox", self.state.kind)
+        self._state_open = True
+        self.outbox.runner.start()
 
     def _on_change(self, change: Change) -> None:
         if change.kind == "Secret":
@@ -183,6 +236,8 @@ class App:
         return not self.settings.local_mode and self._kube.lost.is_set()
 
     def ready(self) -> bool:
+        if self.state is not None and not (self._state_open and self.state.healthy):
+            return False  # durable store down: a 202 could not be kept
         return self._serving and self.store.synced and not self._stopping
 
     async def _serve(self, name: str, app: web.Application, addr: str) -> None:
@@ -208,6 +263,8 @@ class App:
         # Import every provider module now: a broken module fails the start, not every event.
         log.info("provider types available: %d", len(registered_types()))
         await self.http.start()
+        if self.state is not None:
+            self._tasks.append(asyncio.create_task(self._open_state(), name="state-store"))
         await self._serve("health", create_health_app(self.ready), s.server.health_addr)
         await self._serve("metrics", create_metrics_app(self.registry), s.server.metrics_addr)
         if self._feeder is not None:
@@ -222,6 +279,7 @@ class App:
                 self.limiter,
                 self.metrics,
                 ready=self.ready,
+                shared_window=self.shared_window,
                 export_path_metrics=s.server.export_http_path_metrics,
             ),
             s.server.events_addr,
@@ -250,6 +308,7 @@ class App:
             ),
             registry=self.registry,
             clock=self.clock,
+            replay_store=self.state,
         )
 
     def _controllers(self) -> list[asyncio.Task[Any]]:
@@ -269,6 +328,8 @@ class App:
             if runner is not None:
                 await runner.cleanup()
         abandoned = await self.dispatcher.shutdown(self.settings.server.shutdown_grace)
+        if self.outbox is not None:  # what is in flight is kept: its lease runs out, it is sent again later
+            await self.outbox.runner.stop(grace=self.settings.server.shutdown_grace)
         await self.controllers.stop(deadline=5.0)
         for task in self._tasks:
             task.cancel()
@@ -277,6 +338,8 @@ class App:
                 await task
         if not self.settings.local_mode:
             await self._kube.stop()
+        if self.state is not None:
+            await self.state.close()
         await self.http.close()
         for runner in self._runners.values():
             await runner.cleanup()

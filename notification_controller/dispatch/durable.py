@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from ..core.clock import Clock, SystemClock
 from ..errors import StoreError
-from ..state.base import Lease, Store
+from ..state.base import LaneStats, Lease, Store
 
 log = logging.getLogger(__name__)
 
@@ -161,6 +161,9 @@ DeadLetterHook = Callable[[Lease, str, str], None]
 BreakerHook = Callable[[str, BreakerState], None]
 """Called when a lane's breaker changes state (metric, log, Provider status)."""
 
+StatsHook = Callable[[dict[str, LaneStats]], None]
+"""Called with every poll's depth and oldest age per lane (gauges)."""
+
 
 class _Lane:
     __slots__ = ("breaker", "workers")
@@ -183,6 +186,7 @@ class OutboxRunner:
         on_dead_letter: DeadLetterHook | None = None,
         on_breaker: BreakerHook | None = None,
         on_store_error: Callable[[str], None] | None = None,
+        on_stats: StatsHook | None = None,
         rng: random.Random | None = None,
     ) -> None:
         self.store = store
@@ -192,6 +196,7 @@ class OutboxRunner:
         self._on_dead_letter = on_dead_letter
         self._on_breaker = on_breaker
         self._on_store_error = on_store_error
+        self._on_stats = on_stats
         self._rng = rng or random.Random()
         self._lanes: dict[str, _Lane] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -252,6 +257,8 @@ class OutboxRunner:
                     self._store_error("stats", exc)
                 else:
                     keys.update(k for k, s in stats.items() if s.depth)
+                    if self._on_stats is not None:
+                        self._on_stats(stats)
             for key in keys:
                 self._fill(key)
             self._wake.clear()

@@ -99,13 +99,19 @@ class Reporter:
     def warn(
         self, alert: Alert, reason: str, message: str, annotations: dict[str, str] | None = None
     ) -> None:
-        self.spawn(self._emit(ObjectRef.of(alert), reason, self.redactor(message), annotations))
+        self.event(ObjectRef.of(alert), WARNING, reason, message, annotations)
+
+    def event(
+        self, ref: ObjectRef, type_: str, reason: str, message: str, annotations: dict[str, str] | None = None
+    ) -> None:
+        """A Kubernetes Event on ``ref`` (secrets masked), emitted on an owned task."""
+        self.spawn(self._emit(ref, type_, reason, self.redactor(message), annotations))
 
     async def _emit(
-        self, ref: ObjectRef, reason: str, message: str, annotations: dict[str, str] | None
+        self, ref: ObjectRef, type_: str, reason: str, message: str, annotations: dict[str, str] | None
     ) -> None:
         try:
-            await self.sink.emit(ref, WARNING, reason, message, annotations)
+            await self.sink.emit(ref, type_, reason, message, annotations)
         except Exception as exc:
             log.warning(
                 "could not record event %s on %s/%s: %s", reason, ref.namespace, ref.name, type(exc).__name__

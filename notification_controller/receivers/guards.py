@@ -22,6 +22,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from ..core.clock import Clock
+from ..state.base import Store
 
 
 @dataclass
@@ -108,3 +109,26 @@ class ReplayCache:
 
     def release(self, key: str) -> None:
         self._seen.pop(self._digest(key), None)
+
+
+class SharedReplays:
+    """The replay window on a durable state store (``--store``): a delivery id handled by one replica is a
+    replay on every other. Keys are digested like ``ReplayCache``'s (no sender-chosen text in the store)."""
+
+    def __init__(self, store: Store, ttl: float) -> None:
+        self.store = store
+        self.ttl = ttl
+
+    @staticmethod
+    def _key(key: str) -> str:
+        return "replay/" + hashlib.sha256(key.encode("utf-8", errors="surrogatepass")).hexdigest()
+
+    async def claim(self, key: str) -> bool:
+        """False if ``key`` was claimed within the TTL by any replica. Raises ``StoreError``."""
+        if self.ttl <= 0:
+            return True
+        return not await self.store.seen(self._key(key), self.ttl)
+
+    async def release(self, key: str) -> None:
+        if self.ttl > 0:
+            await self.store.forget(self._key(key), self.ttl)

@@ -26,6 +26,7 @@ Receiver and the first 8 hex characters of the digest (``core.webhook.path_diges
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import time
@@ -41,12 +42,13 @@ from ..api.receiver import Receiver
 from ..core.clock import Clock, SystemClock
 from ..core.conditions import is_ready
 from ..core.webhook import HOOK_PREFIX, path_digest_prefix
-from ..errors import VerificationError
+from ..errors import StoreError, VerificationError
 from ..receivers import registry
 from ..receivers.base import GCRSettings, HookRequest, RawHeaders, VerifyContext
-from ..receivers.guards import ReplayCache, TokenBucket
+from ..receivers.guards import ReplayCache, SharedReplays, TokenBucket
 from ..receivers.oidc import OIDCClient
 from ..receivers.targets import FilterError, RequestBodyError, Trigger, compile_filters, request_value
+from ..state.base import Store
 from ..store.base import Cluster, ObjectStore
 
 log = logging.getLogger(__name__)
@@ -260,6 +262,7 @@ class ReceiverServer:
         metrics: ReceiverMetrics,
         clock: Clock,
         oidc: OIDCClient | None = None,
+        replay_store: Store | None = None,
     ) -> None:
         self.store = store
         self.settings = settings
@@ -269,6 +272,8 @@ class ReceiverServer:
         self.clock = clock
         self.limiter = TokenBucket(settings.rate_limit, settings.rate_burst, clock)
         self.replays = ReplayCache(settings.replay_ttl, clock, max_entries=settings.replay_max_entries)
+        # with a durable state store the window is shared by every replica (docs/delivery.md)
+        self.shared_replays = SharedReplays(replay_store, settings.replay_ttl) if replay_store else None
         self._log_budget = _LogBudget(settings.rejection_logs_per_minute, clock)
         self.oidc = oidc or OIDCClient(clock, ttl=settings.oidc_cache_ttl, timeout=settings.oidc_timeout)
         self.trigger = Trigger(
@@ -410,7 +415,7 @@ class ReceiverServer:
             log.info("receiver %s (hook %s): %s ping%s answered, nothing triggered", who, hook, rtype, event)
             return _Answer(200, "ping", rtype)
         replay_key = f"{who}/{rtype}/{verified.delivery_id}" if verified.delivery_id else None
-        if replay_key is not None and not self.replays.claim(replay_key):
+        if replay_key is not None and not await self._claim(replay_key):
             log.info("receiver %s (hook %s): delivery %r already handled", who, hook, verified.delivery_id)
             return _Answer(200, "replayed", rtype)
         done = False
@@ -424,7 +429,22 @@ class ReceiverServer:
             return answer
         finally:
             if replay_key is not None and not done:
-                self.replays.release(replay_key)  # let the sender's retry through
+                await self._release(replay_key)  # let the sender's retry through
+
+    async def _claim(self, key: str) -> bool:
+        if self.shared_replays is None:
+            return self.replays.claim(key)
+        try:
+            return await self.shared_replays.claim(key)
+        except StoreError as exc:  # fail open: a second reconcile request is harmless, a lost one is not
+            log.warning("replay window unavailable, handling the delivery anyway: %s", exc)
+            return self.replays.claim(key)
+
+    async def _release(self, key: str) -> None:
+        self.replays.release(key)
+        if self.shared_replays is not None:
+            with contextlib.suppress(StoreError):  # the window ends by itself
+                await self.shared_replays.release(key)
 
     async def _trigger(
         self,
@@ -472,6 +492,7 @@ def create_receiver_app(
     registry: CollectorRegistry | None = None,
     clock: Clock | None = None,
     oidc: OIDCClient | None = None,
+    replay_store: Store | None = None,
 ) -> web.Application:
     """Build the receiver app. ``metrics`` (or ``registry``) must not be the global default registry."""
     settings = settings or ReceiverServerSettings()
@@ -481,7 +502,9 @@ def create_receiver_app(
     else:
         target = metrics if metrics is not None else registry
         receiver_metrics = ReceiverMetrics(target if target is not None else CollectorRegistry())
-    server = ReceiverServer(store, cluster, settings, receiver_metrics, clock or SystemClock(), oidc)
+    server = ReceiverServer(
+        store, cluster, settings, receiver_metrics, clock or SystemClock(), oidc, replay_store=replay_store
+    )
 
     async def close(_: web.Application) -> None:
         await server.close()

@@ -40,6 +40,7 @@ OPERATIONS = (
 class InstrumentedStore:
     def __init__(self, inner: Store, metrics: DeliveryMetrics) -> None:
         self.inner = inner
+        self.metrics = metrics
         self.kind = inner.kind
         self.durable = inner.durable
         self.healthy = True

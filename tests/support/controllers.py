@@ -200,9 +200,11 @@ class FlakySink:
 
     def __init__(self) -> None:
         self.failing = False
+        self.delay = 0.0  # seconds each answer takes (deliveries stay in flight)
         self.fail_status = 503
         self.retry_after: str | None = None
         self.keys: Counter[str] = Counter()
+        self.refused_keys: Counter[str] = Counter()
         self.bodies: list[bytes] = []
         self.refused = 0
         self.arrived = asyncio.Condition()
@@ -211,8 +213,11 @@ class FlakySink:
 
     async def _handle(self, request: web.Request) -> web.Response:
         body = await request.read()
+        if self.delay:
+            await asyncio.sleep(self.delay)
         if self.failing:
             self.refused += 1
+            self.refused_keys[request.headers.get("Idempotency-Key", "")] += 1
             headers = {"Retry-After": self.retry_after} if self.retry_after else None
             return web.Response(status=self.fail_status, text="down for maintenance", headers=headers)
         self.keys[request.headers.get("Idempotency-Key", "")] += 1

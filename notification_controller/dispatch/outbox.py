@@ -1,0 +1,121 @@
+"""The durable outbox wired into the dispatcher (``--store=sqlite:…`` or ``nats://…``; docs/delivery.md).
+
+``DurableOutbox`` is what the dispatcher queues into instead of its in-process lanes: ``put`` appends one
+event's notifications to the store in one call (the event server answers 202 only after it returned) and
+wakes their lanes. Its ``OutboxRunner`` (``durable.py``) leases them back and calls ``_deliver``: decode,
+count the attempt, and hand the notification to ``Dispatcher.deliver`` with its id as the
+``Idempotency-Key``. Given-up notifications become dead letters: counted, logged, and a Warning Event
+``NotificationDeadLettered`` on the Alert; a lane paused by its circuit breaker is a Warning Event
+``DeliveryPaused`` on the Provider (``DeliveryResumed`` when it recovers) and a gauge.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Sequence
+
+from ..core.clock import Clock
+from ..errors import ControllerError
+from ..metrics import DeliveryMetrics
+from ..state.base import LaneStats, Lease, NewItem, Store
+from ..store.base import ObjectRef
+from .dispatcher import Dispatcher, Outbox
+from .durable import BreakerState, DurableSettings, OutboxRunner, Outcome, Result
+from .model import Notification
+
+log = logging.getLogger(__name__)
+
+
+class DurableOutbox(Outbox):
+    def __init__(
+        self,
+        store: Store,
+        dispatcher: Dispatcher,
+        metrics: DeliveryMetrics,
+        settings: DurableSettings,
+        *,
+        clock: Clock | None = None,
+    ) -> None:
+        self.store = store
+        self.dispatcher = dispatcher
+        self.metrics = metrics
+        self.clock = clock
+        self.runner = OutboxRunner(
+            store,
+            self._deliver,
+            settings,
+            clock=clock,
+            on_dead_letter=self._dead_lettered,
+            on_breaker=self._breaker_changed,
+            on_stats=self._stats,
+        )
+        self._gauged: set[str] = set()
+
+    async def put(self, notifications: Sequence[Notification]) -> None:
+        """Store every notification of one event (one transaction where the backend has them)."""
+        await self.store.append([NewItem(n.id, n.lane, n.to_json()) for n in notifications])
+        for lane in {n.lane for n in notifications}:
+            self.runner.wake(lane)
+
+    async def _deliver(self, lease: Lease) -> Result:
+        try:
+            notification = Notification.from_json(lease.payload)
+        except ControllerError as exc:  # written by an incompatible version: keep it, do not retry
+            return Result(Outcome.PERMANENT, str(exc))
+        ptype = notification.provider_type
+        self.metrics.attempts.labels(provider_type=ptype).inc()
+        if lease.attempts > 1:
+            self.metrics.redeliveries.labels(provider_type=ptype).inc()
+        notification = dataclasses.replace(notification, attempt=lease.attempts)
+        result = await self.dispatcher.deliver(notification, idempotency_key=notification.id)
+        if result.outcome is Outcome.DELIVERED and self.clock is not None:
+            age = self.clock.now().timestamp() - lease.enqueued_at
+            self.dispatcher.report.of(ptype).duration.observe(max(0.0, age))
+        return result
+
+    def _dead_lettered(self, lease: Lease, reason: str, error: str) -> None:
+        try:
+            notification: Notification | None = Notification.from_json(lease.payload)
+        except ControllerError:
+            notification = None
+        ptype = notification.provider_type if notification else ""
+        self.metrics.dead_letters.labels(provider_type=ptype, reason=reason).inc()
+        what = notification.event.involved_object.describe() if notification else lease.id
+        message = (
+            f"notification for {what} kept as dead letter {lease.id} after {lease.attempts} attempts "
+            f"({reason}): {error}"
+        )
+        log.error("%s (provider %s)", message, lease.provider)
+        if notification is not None:
+            alert = self.dispatcher.store.alert(notification.alert.namespace, notification.alert.name)
+            if alert is not None:
+                self.dispatcher.report.warn(alert, "NotificationDeadLettered", message)
+
+    def _breaker_changed(self, lane: str, state: BreakerState) -> None:
+        paused = state is not BreakerState.CLOSED
+        self.metrics.breaker_open.labels(provider=lane).set(1 if paused else 0)
+        namespace, _, name = lane.partition("/")
+        provider = self.dispatcher.store.provider(namespace, name)
+        if provider is None:
+            return
+        breaker = self.runner.breaker(lane)
+        if paused:
+            message = (
+                f"delivery paused after {breaker.failures if breaker else '?'} consecutive failures; "
+                "one probe at a time until it succeeds"
+            )
+            self.dispatcher.report.event(ObjectRef.of(provider), "Warning", "DeliveryPaused", message)
+        else:
+            self.dispatcher.report.event(
+                ObjectRef.of(provider), "Normal", "DeliveryResumed", "delivery resumed"
+            )
+
+    def _stats(self, stats: dict[str, LaneStats]) -> None:
+        for lane, lane_stats in stats.items():
+            self.metrics.outbox_depth.labels(provider=lane).set(lane_stats.depth)
+            self.metrics.outbox_oldest.labels(provider=lane).set(lane_stats.oldest_age)
+        for lane in self._gauged - stats.keys():  # drained lanes read 0, not their last depth
+            self.metrics.outbox_depth.labels(provider=lane).set(0)
+            self.metrics.outbox_oldest.labels(provider=lane).set(0)
+        self._gauged = set(stats)
