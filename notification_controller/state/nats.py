@@ -238,6 +238,8 @@ class NATSStore:
         log.warning("nats store: %s: %s", type(exc).__name__, exc)  # one line, no traceback
 
     async def _on_disconnected(self) -> None:
+        if self._nc is None:  # our own close(): nothing to report
+            return
         log.warning("nats store: disconnected; reconnecting")
 
     async def _on_reconnected(self) -> None:
