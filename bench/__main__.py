@@ -16,10 +16,14 @@ import time
 import traceback
 from pathlib import Path
 
+from .durable import bench_durable
 from .load import install_fast_loop
 from .report import Row, RunReport, render_table
-from .suite import BENCHMARKS, Context, Skip, Timing
+from .suite import BENCHMARKS as SUITE
+from .suite import Context, Skip, Timing
 from .wrk import WrkError, wrk_binary
+
+BENCHMARKS = {**SUITE, "durable": bench_durable}
 
 RESULTS = Path(__file__).resolve().parent / "results"
 BENCH_TIME_LIMIT = 240.0  # seconds per benchmark: a hang is a crash, never an endless `make bench`

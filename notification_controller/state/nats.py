@@ -315,6 +315,8 @@ class NATSStore:
             return sub
 
     async def lease(self, provider: str) -> Lease | None:
+        # One message per fetch: a message fetched is invisible to every other replica until it is acked
+        # or its ack wait runs out, so fetching ahead would hide work from replicas that could do it.
         async with self._guard("lease") as js:
             sub = await self._lane(js, provider)
             try:
@@ -338,7 +340,9 @@ class NATSStore:
         msg = self._inflight.pop(lease.token, None)
         if msg is not None:
             async with self._guard("ack"):
-                await msg.ack_sync(timeout=self.timeout)
+                # Not ack_sync: waiting for the server's confirmation doubled the round trips per
+                # notification. An ack lost on the way means one redelivery (at-least-once), never a loss.
+                await msg.ack()
 
     async def nack(self, lease: Lease, *, delay: float) -> None:
         msg = self._inflight.pop(lease.token, None)
@@ -378,9 +382,12 @@ class NATSStore:
             for subject, count in (info.state.subjects or {}).items():
                 if not count:
                     continue
-                first = await js.get_msg(
-                    self.outbox_stream, seq=info.state.first_seq, subject=subject, next=True
-                )
+                try:
+                    first = await js.get_msg(
+                        self.outbox_stream, seq=info.state.first_seq, subject=subject, next=True
+                    )
+                except nats.js.errors.NotFoundError:  # acknowledged since stream_info: the lane just emptied
+                    continue
                 enqueued = float((first.headers or {}).get(H_ENQUEUED, now))
                 key = lane_key(subject.rsplit(".", 1)[1])
                 result[key] = LaneStats(int(count), max(0.0, now - enqueued))
