@@ -46,7 +46,6 @@ from notification_controller.core.apiref import (
 )
 from notification_controller.core.webhook import webhook_path
 from notification_controller.dispatch.dispatcher import Dispatcher
-from tests.support.sinks import LogSink
 from notification_controller.errors import KubeError
 from notification_controller.kube.client import KubeClient, api_path
 from notification_controller.kube.cluster import KubeCluster
@@ -58,6 +57,7 @@ from tests.adversarial.kit import eventually
 from tests.integration.appkit import local_cluster, running_app
 from tests.support.capture import CaptureServer
 from tests.support.receiver_kit import Harness, make_receiver
+from tests.support.sinks import LogSink
 
 T = TypeVar("T")
 SRC = "source.toolkit.fluxcd.io"

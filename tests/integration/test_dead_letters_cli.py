@@ -126,3 +126,28 @@ async def test_as_a_process(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert [line.split()[0] for line in done.stdout.splitlines()] == ["ID", "a1", "a2", "b1"]
+
+
+def test_nats_credentials_come_from_files_never_the_url(tmp_path: Path) -> None:
+    from notification_controller.errors import ConfigError
+    from notification_controller.settings import StoreSettings
+    from notification_controller.state import store_from_settings
+    from notification_controller.state.nats import NATSStore
+
+    secret = tmp_path / "password"
+    secret.write_text("s3cret-from-a-mounted-secret\n")
+    store = store_from_settings(
+        StoreSettings(url="nats://127.0.0.1:4222", nats_user="nc", nats_password_file=secret)
+    )
+    assert isinstance(store, NATSStore)
+    assert store.auth is not None and (store.auth.user, store.auth.password) == (
+        "nc",
+        "s3cret-from-a-mounted-secret",
+    )
+    assert "s3cret" not in repr(store.auth)
+    with pytest.raises(ConfigError, match="cannot read --store-nats-password-file"):
+        store_from_settings(
+            StoreSettings(url="nats://127.0.0.1:4222", nats_password_file=tmp_path / "missing")
+        )
+    with pytest.raises(ConfigError, match="credentials do not belong in the URL"):
+        store_from_settings(StoreSettings(url="nats://nc:pw@127.0.0.1:4222"))

@@ -153,3 +153,19 @@ async def test_the_circuit_breaker_pauses_a_failing_provider(tmp_path: Path) -> 
             await asyncio.sleep(0.1)
         assert "DeliveryResumed" in proc.log()
         assert await proc.stop() == 0
+
+
+async def test_retry_after_from_the_provider_is_honoured_between_attempts(tmp_path: Path) -> None:
+    """A 503 with ``Retry-After: 2`` is not retried for 2 s, though the backoff alone would retry in ~50 ms."""
+    async with FlakySink() as sink:
+        proc = controller(tmp_path, sink, "--circuit-breaker-threshold=1000")
+        await proc.start()
+        sink.failing, sink.retry_after = True, "2"
+        assert await _post_all(proc.events_url, ["busy"]) == [202]
+        await asyncio.sleep(3.2)
+        # the outbound path's own in-delivery retry fits no 2 s wait in the 2 s timeout: one try per
+        # attempt, and at most two attempts in 3.2 s (t=0 and t≥2), where the backoff would allow dozens
+        assert 1 <= sink.refused <= 2, sink.refused
+        sink.failing = False
+        await sink.wait_unique(1, timeout=10)
+        assert await proc.stop() == 0

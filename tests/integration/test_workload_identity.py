@@ -33,7 +33,6 @@ from notification_controller.api.event import Event
 from notification_controller.api.objects import parse_object
 from notification_controller.app import App
 from notification_controller.dispatch.dispatcher import Dispatcher, DispatchSettings
-from tests.support.sinks import LogSink
 from notification_controller.errors import KubeError
 from notification_controller.metrics import EventMetrics
 from notification_controller.providers.http import OutboundHTTP, RetryPolicy
@@ -50,6 +49,7 @@ from notification_controller.store.local import LOCAL_TOKEN_FILE_ANNOTATION, Loc
 from tests.integration.appkit import FAST_RETRY, local_cluster, post_event
 from tests.support.capture import CapturedRequest, CaptureServer, Reply
 from tests.support.recording_cluster import RecordingCluster
+from tests.support.sinks import LogSink
 
 NS = "flux-system"
 KS = "kustomize.toolkit.fluxcd.io"
