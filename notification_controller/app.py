@@ -27,6 +27,7 @@ from prometheus_client import CollectorRegistry
 from . import logsetup
 from .controllers.events import EventRecorder
 from .controllers.manager import ControllerManager, ControllerSettings
+from .controllers.provider import ProviderReconciler
 from .core.clock import SystemClock
 from .core.ratelimit import FixedWindowLimiter
 from .core.redact import Redactor
@@ -204,7 +205,15 @@ class App:
             clock=self.clock,
         )
         self.dispatcher.outbox = self.outbox
+        provider_reconciler = self.controllers.reconcilers["Provider"]
+        assert isinstance(provider_reconciler, ProviderReconciler)
+        provider_reconciler.delivery_paused = self.outbox.paused
+        self.outbox.on_paused = self._delivery_paused
         self.shared_window = SharedDuplicateWindow(self.state, s.events.rate_limit_interval, self.clock)
+
+    def _delivery_paused(self, lane: str) -> None:
+        namespace, _, name = lane.partition("/")
+        self.controllers.request("Provider", (namespace, name))  # its status says so (Delivering=False)
 
     async def _open_state(self) -> None:
         """Connect to the durable store, retrying: until it answers, /readyz is false and events get 503

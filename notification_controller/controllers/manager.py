@@ -163,6 +163,10 @@ class ControllerManager:
         self._stopped = asyncio.Event()
         self._running = False
 
+    def request(self, kind: str, key: Key) -> None:
+        """Reconcile ``key`` soon (something outside the store changed what its status should say)."""
+        self.queues[kind].add(key)
+
     def set_hooks(self, hooks: ReconcileHooks | None) -> None:
         """Give every reconciler the Hooks API v1 phases (``pre-reconcile``, ``finalize``); before ``run``."""
         for reconciler in self.reconcilers.values():

@@ -17,6 +17,11 @@ Ready=False InvalidConfig     the Secret/spec cannot make a notifier: bad URL, p
 Ready=False UnsupportedProvider   the type has no implementation here (terminal)
 ======================  =====================================================================
 
+With a durable store (``--store``, docs/delivery.md) a Provider whose delivery lane is paused by its circuit
+breaker also gets ``Delivering=False`` reason ``DeliveryPaused`` (removed when it recovers); the outbox
+requests a reconcile on each change. The status shows the breaker of the replica that reconciles (the
+leader); every replica's is in ``notification_circuit_breaker_open`` and in ``DeliveryPaused`` Events.
+
 Suspended Providers are not reconciled (their status is left as it was), like every Flux controller.
 A change to any referenced Secret (``secretRef``, ``certSecretRef``, ``proxySecretRef``) re-validates the
 Provider: the reconciler keeps a Secret → Providers reverse index fed by store changes.
@@ -27,6 +32,7 @@ values of the Provider's own Secrets (canary-tested).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from ..api.common import Condition, ObjectStatus
 from ..api.provider import COMMIT_STATUS_TYPES, Provider
@@ -43,6 +49,8 @@ from .events import EventRecorder
 
 log = logging.getLogger(__name__)
 
+DELIVERING = "Delivering"
+DELIVERY_PAUSED = "DeliveryPaused"
 INVALID_CONFIG = "InvalidConfig"
 UNSUPPORTED_PROVIDER = "UnsupportedProvider"
 READY_MESSAGE = "Provider is ready"
@@ -71,6 +79,8 @@ class ProviderReconciler(Reconciler[Provider]):
         hooks: ReconcileHooks | None = None,
     ) -> None:
         super().__init__(store, cluster, recorder, clock, redactor=redactor, hooks=hooks)
+        self.delivery_paused: Callable[[str], str | None] | None = None
+        """``namespace/name`` → why its lane is paused, or None (set by the app with a durable store)."""
 
     # ---- watches ----------------------------------------------------------------------------------
     def references(self, obj: Provider) -> set[Key]:
@@ -99,6 +109,7 @@ class ProviderReconciler(Reconciler[Provider]):
             result = DONE
         else:
             result = self._validate(obj, draft)
+            self._delivery(obj, draft)
             step = await self.run_pre_reconcile(obj, draft, provider_children(obj, self.store))
             if not step.write_status:
                 return step.result or DONE
@@ -149,6 +160,15 @@ class ProviderReconciler(Reconciler[Provider]):
             )
         draft.conditions.mark_true(cond.READY, cond.SUCCEEDED, READY_MESSAGE)
         return DONE
+
+    def _delivery(self, obj: Provider, draft: StatusDraft) -> None:
+        paused = None
+        if self.delivery_paused is not None:
+            paused = self.delivery_paused(f"{obj.metadata.namespace}/{obj.metadata.name}")
+        if paused is not None:
+            draft.conditions.mark_false(DELIVERING, DELIVERY_PAUSED, paused)
+        elif draft.conditions.has(DELIVERING):
+            draft.conditions.delete(DELIVERING)
 
     def _terminal(
         self, obj: Provider, draft: StatusDraft, reason: str, error: str, generation: int

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..core.clock import Clock
 from ..errors import ControllerError
@@ -51,6 +51,9 @@ class DurableOutbox(Outbox):
             on_stats=self._stats,
         )
         self._gauged: set[str] = set()
+        self.on_paused: Callable[[str], None] | None = None
+        """Called with a lane (``namespace/name``) whose breaker opened or closed (the app requests a
+        Provider reconcile so its status says it: ``paused``)."""
 
     async def put(self, notifications: Sequence[Notification]) -> None:
         """Store every notification of one event (one transaction where the backend has them)."""
@@ -92,9 +95,21 @@ class DurableOutbox(Outbox):
             if alert is not None:
                 self.dispatcher.report.warn(alert, "NotificationDeadLettered", message)
 
+    def paused(self, lane: str) -> str | None:
+        """Why ``lane`` is paused by its circuit breaker on this replica, or None."""
+        breaker = self.runner.breaker(lane)
+        if breaker is None or breaker.state is BreakerState.CLOSED:
+            return None
+        return (
+            f"delivery paused by the circuit breaker after {breaker.failures} consecutive failures; "
+            "one probe at a time until it succeeds"
+        )
+
     def _breaker_changed(self, lane: str, state: BreakerState) -> None:
         paused = state is not BreakerState.CLOSED
         self.metrics.breaker_open.labels(provider=lane).set(1 if paused else 0)
+        if self.on_paused is not None:
+            self.on_paused(lane)
         namespace, _, name = lane.partition("/")
         provider = self.dispatcher.store.provider(namespace, name)
         if provider is None:

@@ -12,7 +12,7 @@ import aiohttp
 
 from notification_controller.app import App
 from notification_controller.providers.http import RetryPolicy
-from notification_controller.settings import EventSettings, ServerSettings, Settings
+from notification_controller.settings import EventSettings, ServerSettings, Settings, StoreSettings
 from notification_controller.store.local import LocalCluster
 
 FAST_RETRY = RetryPolicy(max_attempts=5, wait_min=0.01, wait_max=0.05)
@@ -29,6 +29,7 @@ async def running_app(
     manifests: Path,
     *,
     events: EventSettings | None = None,
+    store: StoreSettings | None = None,
     retry: RetryPolicy | None = FAST_RETRY,
     grace: float = 5.0,
 ) -> AsyncIterator[App]:
@@ -41,6 +42,7 @@ async def running_app(
             shutdown_grace=grace,
         ),
         events=events or EventSettings(),
+        store=store or StoreSettings(),
         manifests=manifests,
         manifests_poll_interval=0.1,
     )

@@ -169,3 +169,44 @@ async def test_retry_after_from_the_provider_is_honoured_between_attempts(tmp_pa
         sink.failing = False
         await sink.wait_unique(1, timeout=10)
         assert await proc.stop() == 0
+
+
+async def test_a_paused_lane_shows_in_the_provider_status_and_clears_on_recovery(tmp_path: Path) -> None:
+    from notification_controller.core import conditions as cond
+    from notification_controller.settings import StoreSettings
+    from tests.integration.appkit import post_event as post_to_app
+    from tests.integration.appkit import running_app
+
+    async with FlakySink() as sink:
+        directory = manifests(tmp_path / "m", sink.url)
+        settings = StoreSettings(
+            url=f"sqlite:{tmp_path / 'state.db'}",
+            retry_base=0.05,
+            retry_cap=0.2,
+            breaker_threshold=2,
+            breaker_cooldown=1.0,
+        )
+        async with running_app(directory, store=settings) as app:
+            sink.failing = True
+            for i in range(3):
+                resp = await post_to_app(app, json.dumps(event(f"p{i}")).encode())
+                assert resp.status == 202
+
+            def delivering() -> tuple[str, str] | None:
+                provider = app.store.provider("flux-system", "sink")
+                assert provider is not None
+                found = cond.find(provider.status.conditions, "Delivering")
+                return None if found is None else (found.status, found.reason)
+
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 15
+            while delivering() != ("False", "DeliveryPaused"):
+                assert loop.time() < deadline, delivering()
+                await asyncio.sleep(0.05)
+            provider = app.store.provider("flux-system", "sink")
+            assert provider is not None and cond.is_ready(provider.status.conditions)  # its config is fine
+            sink.failing = False
+            await sink.wait_unique(3, timeout=15)
+            while delivering() is not None:
+                assert loop.time() < deadline + 15, delivering()
+                await asyncio.sleep(0.05)
