@@ -187,6 +187,8 @@ async def test_a_paused_lane_shows_in_the_provider_status_and_clears_on_recovery
             breaker_cooldown=1.0,
         )
         async with running_app(directory, store=settings) as app:
+            while not app.ready():  # the store opens in the background: 503 until then
+                await asyncio.sleep(0.02)
             sink.failing = True
             for i in range(3):
                 resp = await post_to_app(app, json.dumps(event(f"p{i}")).encode())
