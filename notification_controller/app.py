@@ -40,7 +40,7 @@ from .dispatch.outbox import DurableOutbox
 from .errors import ConfigError, KubeError, StoreError
 from .hooks import Hooks, load_hooks_config
 from .metrics import DeliveryMetrics, EventMetrics
-from .providers.http import OutboundHTTP, RetryPolicy
+from .outbound import OutboundHTTP, RetryPolicy
 from .providers.registry import registered_types
 from .providers.tokens import TokenCache
 from .server.events import EventServerSettings, create_event_app
@@ -318,6 +318,7 @@ class App:
             registry=self.registry,
             clock=self.clock,
             replay_store=self.state,
+            http=self.http,  # OIDC discovery goes out the one outbound path (proxies, TLS)
         )
 
     def _controllers(self) -> list[asyncio.Task[Any]]:

@@ -36,6 +36,8 @@ ValueError for bad input still do. Private exceptions used for control flow insi
 
 from __future__ import annotations
 
+import enum
+
 
 class ControllerError(Exception):
     """Base of every error raised by this package."""
@@ -75,19 +77,59 @@ class ObjectReferenceError(ControllerError):
         self.reason = reason
 
 
-class DeliveryError(ControllerError):
-    """Sending a notification failed. ``reason`` is a short, low-cardinality metric label."""
+class FailureReason(enum.StrEnum):
+    """What kind of failure a ``DeliveryError`` is (as Alertmanager's notify ``Reason``), so callers decide
+    on a value instead of parsing a message: retry or not, count, show."""
 
-    def __init__(self, message: str, *, reason: str = "error") -> None:
+    CLIENT_ERROR = "client_error"  # the receiver refused the request (4xx other than 429)
+    SERVER_ERROR = "server_error"  # 5xx
+    RATE_LIMITED = "rate_limited"  # 429 (or 503 with Retry-After)
+    TIMEOUT = "timeout"  # no answer within the delivery's budget
+    CONNECTION = "connection"  # DNS, refused, reset, proxy unreachable
+    TLS = "tls"  # certificate verification, handshake
+    REDIRECT = "redirect"  # a redirect to another host refused, or a loop
+    INVALID_REQUEST = "invalid_request"  # a URL, header or event this delivery cannot send
+    INTERNAL = "internal"  # a bug
+    OTHER = "other"
+
+
+class DeliveryError(ControllerError):
+    """Sending a notification failed.
+
+    ``reason`` is a short, low-cardinality metric label (``http_503``, ``timeout``...); ``failure`` its
+    class; ``status`` the HTTP status when the receiver answered; ``body`` a bounded, masked excerpt of the
+    answer (the first KiB)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: str = "error",
+        failure: FailureReason = FailureReason.OTHER,
+        status: int | None = None,
+        body: str = "",
+    ) -> None:
         super().__init__(message)
         self.reason = reason
+        self.failure = failure
+        self.status = status
+        self.body = body
 
 
 class RetryableDeliveryError(DeliveryError):
     """A delivery attempt failed in a way that may succeed later."""
 
-    def __init__(self, message: str, *, reason: str = "error", retry_after: float | None = None) -> None:
-        super().__init__(message, reason=reason)
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: str = "error",
+        failure: FailureReason = FailureReason.OTHER,
+        status: int | None = None,
+        body: str = "",
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message, reason=reason, failure=failure, status=status, body=body)
         self.retry_after = retry_after
 
 

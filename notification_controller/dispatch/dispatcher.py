@@ -34,8 +34,8 @@ from ..core.metadata import exclude_internal_metadata
 from ..core.redact import Redactor
 from ..errors import ControllerError, DeliveryError, PermanentDeliveryError, RetryableDeliveryError
 from ..metrics import EventMetrics
+from ..outbound import IDEMPOTENCY_KEY, OutboundHTTP
 from ..providers.base import DeliveryContext
-from ..providers.http import IDEMPOTENCY_KEY, OutboundHTTP
 from ..providers.identity import WorkloadIdentity
 from ..providers.tokens import TokenCache
 from ..store.base import Cluster, ObjectStore

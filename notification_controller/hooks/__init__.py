@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry
 
 from ..api.hooks import HOOKS_FINALIZER, HooksConfig
 from ..core.clock import Clock, SystemClock
-from ..providers.http import OutboundHTTP
+from ..outbound import OutboundHTTP
 from ..store.base import Cluster, ObjectStore
 from .chain import Chain
 from .client import HookClient, TargetResolver

@@ -11,17 +11,15 @@
   ``permanent`` and ``continue``; a timeout or a connection error is non-permanent without continue;
   a 2xx body that is not JSON is permanent. Messages are masked (hook token, URLs redacted).
 
-``OutboundHTTP`` reports a non-2xx answer as ``DeliveryError("request failed with status code N: <body,
-first KiB, masked>")``; ``error_answer`` reads the status and the JSON error body back from that text (the
-format is pinned by ``tests/unit/test_hooks_reconcile.py``), so error bodies longer than 1 KiB lose
-their structure and count as a plain non-permanent error.
+``OutboundHTTP`` reports a non-2xx answer as a ``DeliveryError`` carrying ``status`` and ``body`` (the first
+KiB, masked): ``error_answer`` reads them, no message is parsed. An error body longer than 1 KiB loses its
+structure and counts as a plain non-permanent error.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import ssl
 import time
 from collections.abc import Callable, Mapping
@@ -35,11 +33,10 @@ from ..api.common import Secret
 from ..api.hooks import ServiceReference
 from ..core.redact import SecretValue, mask_token, redact_url
 from ..errors import ConfigError, DeliveryError, HookError, KubeError
-from ..providers.base import OutboundRequest
+from ..outbound import OutboundHTTP, OutboundRequest
+from ..outbound.retry import backoff
 from ..providers.generic import hmac_signature
-from ..providers.http import OutboundHTTP
 from ..providers.options import tls_context
-from ..providers.retry import backoff
 from ..store.base import Cluster, ObjectStore
 from .registry import BoundHook
 
@@ -49,7 +46,6 @@ SIGNATURE_HEADER = "X-Signature"
 SIGNING_KEY = "token"
 MAX_MESSAGE = 1024
 SERVICE_TTL = 30.0
-_STATUS_RE = re.compile(r"^request failed with status code (\d{3}): (.*)$", re.DOTALL)
 
 
 class HookCallError(HookError):
@@ -104,10 +100,9 @@ def service_url(ref: ServiceReference, uri: str | None, default_namespace: str) 
 
 def error_answer(exc: DeliveryError) -> tuple[int, str] | None:
     """(status, body text) of a non-2xx answer reported by ``OutboundHTTP``; None for transport errors."""
-    match = _STATUS_RE.match(str(exc))
-    if match is None:
+    if exc.status is None:
         return None
-    return int(match.group(1)), match.group(2)
+    return exc.status, exc.body
 
 
 def _short(text: str) -> str:

@@ -27,7 +27,8 @@ from ..api.event import Event
 from ..api.provider import ProviderType
 from ..core.clock import rfc3339
 from ..core.gojson import GoStruct, dumps
-from .base import HTTPNotifier, OutboundRequest, ProviderOptions, json_headers
+from ..outbound import OutboundRequest
+from .base import HTTPNotifier, ProviderOptions, json_headers
 from .registry import register
 from .validation import require_url
 

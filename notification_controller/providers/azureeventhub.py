@@ -37,7 +37,8 @@ from urllib.parse import quote, quote_plus, urlsplit
 from ..api.event import Event
 from ..api.provider import ProviderType
 from ..errors import DeliveryError, ProviderConfigError
-from .base import DeliveryContext, OutboundRequest, ProviderOptions
+from ..outbound import OutboundRequest
+from .base import DeliveryContext, ProviderOptions
 from .gitcommon import Caller, path_segment, rewrap
 from .identity import AZURE_SCOPE_EVENT_HUBS, azure_access_token
 from .registry import register

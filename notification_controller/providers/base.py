@@ -12,9 +12,10 @@ from ..api.alert import Alert
 from ..api.event import Event
 from ..api.provider import Provider, ProviderType
 from ..core.redact import SecretValue
+from ..outbound import OutboundRequest, OutboundResponse
 
 if TYPE_CHECKING:
-    from .http import OutboundHTTP
+    from ..outbound import OutboundHTTP
     from .identity import WorkloadIdentity
     from .tokens import TokenCache
 
@@ -74,25 +75,6 @@ class ProviderOptions:
             if len(text) >= 4:
                 out.append(text)
         return [m for m in out if m]
-
-
-@dataclass(frozen=True)
-class OutboundRequest:
-    method: str
-    url: str
-    headers: Mapping[str, str] = field(default_factory=dict)
-    body: bytes = b""
-    basic_auth: tuple[str, str] | None = None
-
-
-@dataclass(frozen=True)
-class OutboundResponse:
-    status: int
-    headers: Mapping[str, str]
-    body: bytes  # capped at the client's body limit
-
-    def text(self) -> str:
-        return self.body.decode("utf-8", errors="replace")
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,8 @@ from ..api.event import Event
 from ..api.provider import ProviderType
 from ..core.gojson import GoStruct
 from ..errors import DeliveryError, PermanentDeliveryError, ProviderConfigError
-from .base import DeliveryContext, OutboundRequest, ProviderOptions
+from ..outbound import OutboundRequest
+from .base import DeliveryContext, ProviderOptions
 from .bitbucket import sha1_hex
 from .gitcommon import (
     Caller,

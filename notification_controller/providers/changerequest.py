@@ -16,7 +16,8 @@ from typing import Any, ClassVar
 from ..api.event import Event
 from ..api.provider import ProviderType
 from ..errors import ProviderConfigError
-from .base import DeliveryContext, OutboundRequest, ProviderOptions
+from ..outbound import OutboundRequest
+from .base import DeliveryContext, ProviderOptions
 from .gitcommon import Caller, change_request_number, format_markdown_post, json_list, str_field
 
 PR_PREFIX = "flux-pr-comment-key"

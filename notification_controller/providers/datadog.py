@@ -21,7 +21,8 @@ from ..api.event import SEVERITY_ERROR, Event
 from ..api.provider import ProviderType
 from ..core.gojson import dumps
 from ..errors import ProviderConfigError
-from .base import HTTPNotifier, OutboundRequest, ProviderOptions
+from ..outbound import OutboundRequest
+from .base import HTTPNotifier, ProviderOptions
 from .registry import register
 
 DEFAULT_SITE = "https://api.datadoghq.com"

@@ -15,7 +15,8 @@ from typing import ClassVar
 from ..api.event import Event
 from ..api.provider import ProviderType
 from ..errors import ProviderConfigError
-from .base import HTTPNotifier, OutboundRequest, ProviderOptions
+from ..outbound import OutboundRequest
+from .base import HTTPNotifier, ProviderOptions
 from .registry import register
 from .validation import require_url
 

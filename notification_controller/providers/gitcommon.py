@@ -8,7 +8,6 @@ single time budget (``spec.timeout`` covers the whole delivery, as Flux's contex
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import re
@@ -25,10 +24,10 @@ from ..errors import (
     ProviderConfigError,
     RetryableDeliveryError,
 )
-from .base import DeliveryContext, OutboundRequest, OutboundResponse, ProviderOptions
+from ..outbound import Budget, OutboundRequest, OutboundResponse, masked
+from .base import DeliveryContext, ProviderOptions
 from .formatting import format_name_and_description as format_name_and_description  # re-export
 from .formatting import split_camelcase as split_camelcase  # re-export
-from .http import masked
 
 PROGRESSING = "Progressing"
 SEVERITY_INFO = "info"
@@ -275,18 +274,20 @@ def change_request_number(event: Event) -> int:
 
 
 def rewrap(exc: DeliveryError, prefix: str) -> DeliveryError:
-    """The same kind of error (retryable or not, same metric reason) with ``prefix: `` in front."""
+    """The same error (kind, reason, failure, status, body) with ``prefix: `` in front of its message."""
     message = f"{prefix}: {exc}"
+    reason, failure, status, body = exc.reason, exc.failure, exc.status, exc.body
     if isinstance(exc, RetryableDeliveryError):
-        return RetryableDeliveryError(message, reason=exc.reason, retry_after=exc.retry_after)
-    if isinstance(exc, PermanentDeliveryError):
-        return PermanentDeliveryError(message, reason=exc.reason)
-    return DeliveryError(message, reason=exc.reason)
+        return RetryableDeliveryError(
+            message, reason=reason, failure=failure, status=status, body=body, retry_after=exc.retry_after
+        )
+    cls = PermanentDeliveryError if isinstance(exc, PermanentDeliveryError) else DeliveryError
+    return cls(message, reason=reason, failure=failure, status=status, body=body)
 
 
 def is_not_found(exc: DeliveryError) -> bool:
-    """True when the error is the answer 404 (``OutboundHTTP`` labels HTTP failures ``http_<status>``)."""
-    return exc.reason == "http_404"
+    """True when the error is the answer 404."""
+    return exc.status == 404
 
 
 class Caller:
@@ -299,8 +300,7 @@ class Caller:
     def __init__(self, ctx: DeliveryContext, opts: ProviderOptions) -> None:
         self.ctx = ctx
         self.opts = opts
-        self._loop = asyncio.get_running_loop()
-        self._deadline = self._loop.time() + opts.timeout
+        self._budget = Budget(opts.timeout)
         self._masks: list[str] = list(opts.masks())
 
     @property
@@ -322,9 +322,7 @@ class Caller:
         tls: bool = True,
         check: Callable[[OutboundResponse], None] | None = None,
     ) -> OutboundResponse:
-        remaining = self._deadline - self._loop.time()
-        if remaining <= 0:
-            raise DeliveryError(f"{what}: timed out after {self.opts.timeout:g}s", reason="timeout")
+        remaining = self._budget.remaining(what)
         opts = self.opts
         try:
             return await self.ctx.http.send(

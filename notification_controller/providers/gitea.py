@@ -19,7 +19,8 @@ from ..api.event import Event
 from ..api.provider import ProviderType
 from ..core.gojson import GoStruct
 from ..errors import ProviderConfigError
-from .base import DeliveryContext, OutboundRequest, ProviderOptions
+from ..outbound import OutboundRequest
+from .base import DeliveryContext, ProviderOptions
 from .gitcommon import (
     Caller,
     commit_sha,

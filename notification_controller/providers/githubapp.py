@@ -35,7 +35,8 @@ from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 from ..errors import PermanentDeliveryError, ProviderConfigError
-from .base import OutboundRequest, ProviderOptions
+from ..outbound import OutboundRequest
+from .base import ProviderOptions
 from .gitcommon import Caller, RepoAddress, path_segment, str_field, token_or_password
 from .tokens import CachedToken, TokenCache, cache_key, mint_or_cached
 from .validation import require_url

@@ -13,7 +13,8 @@ from typing import ClassVar
 
 from ..api.event import Event
 from ..api.provider import ProviderType
-from .base import DeliveryContext, OutboundRequest, ProviderOptions
+from ..outbound import OutboundRequest
+from .base import DeliveryContext, ProviderOptions
 from .gitcommon import Caller
 from .github import GitHubRepo
 from .githubapp import GitHubAuth, github_headers

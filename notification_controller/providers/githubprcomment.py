@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import ClassVar
 
 from ..api.provider import ProviderType
-from .base import OutboundRequest, ProviderOptions
+from ..outbound import OutboundRequest
+from .base import ProviderOptions
 from .changerequest import PR_PREFIX, ChangeRequestCommenter
 from .gitcommon import Caller, go_json, str_field
 from .github import GitHubRepo

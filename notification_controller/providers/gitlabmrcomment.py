@@ -11,7 +11,8 @@ from typing import Any, ClassVar
 
 from ..api.provider import ProviderType
 from ..core.gojson import GoStruct
-from .base import OutboundRequest, ProviderOptions
+from ..outbound import OutboundRequest
+from .base import ProviderOptions
 from .changerequest import MR_PREFIX, ChangeRequestCommenter
 from .gitcommon import Caller, go_json, str_field
 from .gitlab import GitLabProject, gitlab_headers, gitlab_token

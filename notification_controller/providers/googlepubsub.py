@@ -37,7 +37,8 @@ from cryptography.hazmat.primitives.serialization import load_pem_private_key
 from ..api.event import Event
 from ..api.provider import ProviderType
 from ..errors import DeliveryError, PermanentDeliveryError, ProviderConfigError
-from .base import DeliveryContext, OutboundRequest, ProviderOptions
+from ..outbound import OutboundRequest
+from .base import DeliveryContext, ProviderOptions
 from .gitcommon import Caller, go_json, path_segment, rewrap, str_field
 from .identity import gcp_access_token
 from .registry import register

@@ -59,7 +59,8 @@ from ..errors import (
     PermanentDeliveryError,
     RetryableDeliveryError,
 )
-from .base import OutboundRequest, ProviderOptions
+from ..outbound import OutboundRequest
+from .base import ProviderOptions
 from .gitcommon import Caller, go_json, path_segment, rewrap, str_field
 from .tokens import CachedToken, TokenCache, cache_key, mint_or_cached
 

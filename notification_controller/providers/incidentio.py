@@ -16,7 +16,8 @@ from ..api.event import SEVERITY_ERROR, Event
 from ..api.provider import ProviderType
 from ..core.gojson import GoStruct, dumps
 from ..errors import ProviderConfigError
-from .base import HTTPNotifier, OutboundRequest, ProviderOptions, json_headers, obj_name
+from ..outbound import OutboundRequest
+from .base import HTTPNotifier, ProviderOptions, json_headers, obj_name
 from .registry import register
 from .validation import require_url
 

@@ -22,8 +22,8 @@ from typing import Any, ClassVar
 from ..api.event import Event
 from ..api.provider import ProviderType
 from ..errors import PermanentDeliveryError, ProviderConfigError, RetryableDeliveryError
+from ..outbound import masked
 from .base import DeliveryContext, ProviderOptions
-from .http import masked
 from .registry import register
 
 log = logging.getLogger(__name__)

@@ -53,7 +53,8 @@ from ..api.alert import Alert
 from ..api.event import MD_COMMIT_STATUS, MD_COMMIT_STATUS_UPDATE, MD_REVISION, Event
 from ..api.provider import ProviderType
 from ..errors import PermanentDeliveryError
-from .base import DeliveryContext, OutboundRequest, ProviderOptions
+from ..outbound import OutboundRequest
+from .base import DeliveryContext, ProviderOptions
 from .gitcommon import Caller, token_or_password
 from .registry import register
 from .validation import require_url

@@ -12,7 +12,6 @@ The JSON shapes follow ``github.com/PagerDuty/go-pagerduty`` v1.8 field order an
 
 from __future__ import annotations
 
-import asyncio
 from datetime import datetime
 from typing import ClassVar
 from urllib.parse import urlsplit
@@ -22,8 +21,8 @@ from ..api.provider import ProviderType
 from ..core.clock import rfc3339
 from ..core.gojson import GoStruct, dumps
 from ..core.redact import redact_url
-from ..errors import DeliveryError
-from .base import DeliveryContext, HTTPNotifier, OutboundRequest, ProviderOptions, json_headers
+from ..outbound import Budget, OutboundRequest
+from .base import DeliveryContext, HTTPNotifier, ProviderOptions, json_headers
 from .formatting import format_name_and_description
 from .registry import register
 from .validation import require_url
@@ -113,19 +112,11 @@ class PagerDutyNotifier(HTTPNotifier):
     async def post(self, event: Event, ctx: DeliveryContext) -> None:
         if not self.should_send(event):
             return
-        # One budget (spec.timeout) for both requests, as Flux's context covers both posts.
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.opts.timeout
+        budget = Budget(self.opts.timeout)  # spec.timeout for both requests, as Flux's context covers both
         for request in self.build_requests(event):
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                raise DeliveryError(
-                    f"request to {redact_url(request.url)} timed out after {self.opts.timeout:g}s",
-                    reason="timeout",
-                )
             await ctx.http.send(
                 request,
-                timeout=remaining,
+                timeout=budget.remaining(f"request to {redact_url(request.url)}"),
                 proxy=self.opts.proxy.reveal() if self.opts.proxy else None,
                 tls=self.opts.tls,
                 masks=self.opts.masks(),

@@ -33,7 +33,8 @@ from ..core.clock import rfc3339
 from ..core.gojson import GoStruct, dumps
 from ..core.redact import SecretValue
 from ..errors import ProviderConfigError
-from .base import DeliveryContext, HTTPNotifier, OutboundRequest, ProviderOptions
+from ..outbound import OutboundRequest
+from .base import DeliveryContext, HTTPNotifier, ProviderOptions
 from .registry import register
 
 SENTRY_CLIENT = "notification-controller/0.1"

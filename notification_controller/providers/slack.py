@@ -25,15 +25,8 @@ from ..api.event import SEVERITY_ERROR, Event
 from ..api.provider import ProviderType
 from ..core.gojson import GoStruct, dumps
 from ..errors import PermanentDeliveryError
-from .base import (
-    HTTPNotifier,
-    OutboundRequest,
-    OutboundResponse,
-    ProviderOptions,
-    first_line,
-    json_headers,
-    obj_name,
-)
+from ..outbound import OutboundRequest, OutboundResponse
+from .base import HTTPNotifier, ProviderOptions, first_line, json_headers, obj_name
 from .registry import register
 from .validation import require_url
 

@@ -24,7 +24,8 @@ from urllib.parse import urlencode, urlsplit, urlunsplit
 from ..api.event import MD_CHANGE_REQUEST, SEVERITY_ERROR, Event
 from ..api.provider import ProviderType
 from ..errors import ProviderConfigError
-from .base import HTTPNotifier, OutboundRequest, ProviderOptions
+from ..outbound import OutboundRequest
+from .base import HTTPNotifier, ProviderOptions
 from .registry import register
 from .validation import require_url
 

@@ -29,12 +29,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import aiohttp
 import jwt
 import orjson
 
 from ..core.clock import Clock
-from ..errors import ControllerError
+from ..errors import ControllerError, DeliveryError
+from ..outbound import OutboundHTTP, OutboundRequest, RetryPolicy
 
 ASYMMETRIC_ALGORITHMS = frozenset(
     {"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
@@ -89,24 +89,24 @@ class OIDCClient:
         timeout: float = 10.0,
         max_document_bytes: int = 1 << 20,
         min_refresh: float = 10.0,
-        session: aiohttp.ClientSession | None = None,
+        http: OutboundHTTP | None = None,
     ) -> None:
         self._clock = clock
         self.ttl = ttl
         self.timeout = timeout
         self.max_document_bytes = max_document_bytes
         self.min_refresh = min_refresh
-        self._session = session
-        self._own_session = session is None
+        self._http = http  # the app's outbound path: its proxies (HTTPS_PROXY/NO_PROXY), TLS and limits
+        self._own_http = http is None
         self._discovery: dict[str, tuple[Discovery, float]] = {}
         self._keysets: dict[str, _KeySet] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self.fetches = 0  # number of HTTP fetches made (observability and tests)
 
     async def close(self) -> None:
-        if self._own_session and self._session is not None:
-            await self._session.close()
-        self._session = None
+        if self._own_http and self._http is not None:
+            await self._http.close()
+            self._http = None
 
     def _lock(self, key: str) -> asyncio.Lock:
         lock = self._locks.get(key)
@@ -115,20 +115,23 @@ class OIDCClient:
         return lock
 
     async def _get_json(self, url: str) -> Any:
-        if self._session is None:
-            # trust_env: HTTPS_PROXY/NO_PROXY are honoured, as Go's default client does for Flux
-            self._session = aiohttp.ClientSession(trust_env=True)
-            self._own_session = True
+        if self._http is None:  # used on its own (tests, tools): a private outbound path
+            self._http = OutboundHTTP(RetryPolicy(max_attempts=1))
+            self._own_http = True
+            await self._http.start()
         self.fetches += 1
+        request = OutboundRequest("GET", url, {"Accept": "application/json"})
         try:
-            async with self._session.get(
-                url, timeout=aiohttp.ClientTimeout(total=self.timeout), headers={"Accept": "application/json"}
-            ) as resp:
-                body = await resp.content.read(self.max_document_bytes + 1)
-                if resp.status != 200:
-                    raise OIDCError(f"{url}: unexpected status {resp.status}")
-        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            raise OIDCError(f"{url}: fetch failed: {type(exc).__name__}") from None
+            response = await self._http.send(
+                request, timeout=self.timeout, retry=False, body_limit=self.max_document_bytes + 1
+            )
+        except DeliveryError as exc:
+            if exc.status is not None:
+                raise OIDCError(f"{url}: unexpected status {exc.status}") from None
+            raise OIDCError(f"{url}: fetch failed: {exc.failure.value}") from None
+        body = response.body
+        if response.status != 200:
+            raise OIDCError(f"{url}: unexpected status {response.status}")
         if len(body) > self.max_document_bytes:
             raise OIDCError(f"{url}: document larger than {self.max_document_bytes} bytes")
         try:

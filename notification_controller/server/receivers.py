@@ -43,6 +43,7 @@ from ..core.clock import Clock, SystemClock
 from ..core.conditions import is_ready
 from ..core.webhook import HOOK_PREFIX, path_digest_prefix
 from ..errors import StoreError, VerificationError
+from ..outbound import OutboundHTTP
 from ..receivers import registry
 from ..receivers.base import GCRSettings, HookRequest, RawHeaders, VerifyContext
 from ..receivers.guards import ReplayCache, SharedReplays, TokenBucket
@@ -263,6 +264,7 @@ class ReceiverServer:
         clock: Clock,
         oidc: OIDCClient | None = None,
         replay_store: Store | None = None,
+        http: OutboundHTTP | None = None,
     ) -> None:
         self.store = store
         self.settings = settings
@@ -275,7 +277,9 @@ class ReceiverServer:
         # with a durable state store the window is shared by every replica (docs/delivery.md)
         self.shared_replays = SharedReplays(replay_store, settings.replay_ttl) if replay_store else None
         self._log_budget = _LogBudget(settings.rejection_logs_per_minute, clock)
-        self.oidc = oidc or OIDCClient(clock, ttl=settings.oidc_cache_ttl, timeout=settings.oidc_timeout)
+        self.oidc = oidc or OIDCClient(
+            clock, ttl=settings.oidc_cache_ttl, timeout=settings.oidc_timeout, http=http
+        )
         self.trigger = Trigger(
             cluster,
             clock,
@@ -493,6 +497,7 @@ def create_receiver_app(
     clock: Clock | None = None,
     oidc: OIDCClient | None = None,
     replay_store: Store | None = None,
+    http: OutboundHTTP | None = None,
 ) -> web.Application:
     """Build the receiver app. ``metrics`` (or ``registry``) must not be the global default registry."""
     settings = settings or ReceiverServerSettings()
@@ -503,7 +508,14 @@ def create_receiver_app(
         target = metrics if metrics is not None else registry
         receiver_metrics = ReceiverMetrics(target if target is not None else CollectorRegistry())
     server = ReceiverServer(
-        store, cluster, settings, receiver_metrics, clock or SystemClock(), oidc, replay_store=replay_store
+        store,
+        cluster,
+        settings,
+        receiver_metrics,
+        clock or SystemClock(),
+        oidc,
+        replay_store=replay_store,
+        http=http,
     )
 
     async def close(_: web.Application) -> None:

@@ -50,7 +50,7 @@ from notification_controller.errors import KubeError
 from notification_controller.kube.client import KubeClient, api_path
 from notification_controller.kube.cluster import KubeCluster
 from notification_controller.metrics import EventMetrics
-from notification_controller.providers.http import OutboundHTTP, RetryPolicy
+from notification_controller.outbound import OutboundHTTP, RetryPolicy
 from notification_controller.server.receivers import ReceiverServerSettings
 from notification_controller.store.base import ObjectStore
 from tests.adversarial.kit import eventually

@@ -43,7 +43,7 @@ from notification_controller.core.clock import SystemClock
 from notification_controller.core.ratelimit import FixedWindowLimiter
 from notification_controller.dispatch.dispatcher import Dispatcher
 from notification_controller.metrics import EventMetrics
-from notification_controller.providers.http import OutboundHTTP
+from notification_controller.outbound import OutboundHTTP
 from notification_controller.server.events import (
     MAX_BODY,
     EventServerSettings,

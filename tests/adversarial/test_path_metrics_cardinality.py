@@ -27,7 +27,7 @@ from notification_controller.core.clock import SystemClock
 from notification_controller.core.ratelimit import FixedWindowLimiter
 from notification_controller.dispatch.dispatcher import Dispatcher
 from notification_controller.metrics import EventMetrics
-from notification_controller.providers.http import OutboundHTTP
+from notification_controller.outbound import OutboundHTTP
 from notification_controller.server.events import EventServerSettings, create_event_app, runner_kwargs
 from notification_controller.settings import ServerSettings, Settings
 from notification_controller.store.base import ObjectRef, ObjectStore

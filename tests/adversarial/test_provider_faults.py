@@ -36,8 +36,7 @@ from aiohttp import web
 
 from notification_controller.app import App
 from notification_controller.errors import DeliveryError
-from notification_controller.providers.base import OutboundRequest
-from notification_controller.providers.http import OutboundHTTP, RetryPolicy
+from notification_controller.outbound import OutboundHTTP, OutboundRequest, RetryPolicy
 from notification_controller.settings import EventSettings
 from tests.adversarial.kit import event_body, eventually, pair, secret
 from tests.integration.appkit import FAST_RETRY, local_cluster, metric, post_event, running_app

@@ -35,8 +35,8 @@ from notification_controller.api.alert import Alert
 from notification_controller.api.common import Secret
 from notification_controller.api.provider import Provider
 from notification_controller.errors import DeliveryError, PermanentDeliveryError, RetryableDeliveryError
+from notification_controller.outbound import OutboundHTTP, RetryPolicy
 from notification_controller.providers.base import DeliveryContext
-from notification_controller.providers.http import OutboundHTTP, RetryPolicy
 from notification_controller.providers.options import resolve_options
 from notification_controller.providers.registry import create_notifier
 from tests.conformance import cases_chat

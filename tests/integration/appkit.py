@@ -11,7 +11,7 @@ from pathlib import Path
 import aiohttp
 
 from notification_controller.app import App
-from notification_controller.providers.http import RetryPolicy
+from notification_controller.outbound import RetryPolicy
 from notification_controller.settings import EventSettings, ServerSettings, Settings, StoreSettings
 from notification_controller.store.local import LocalCluster
 

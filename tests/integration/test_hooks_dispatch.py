@@ -28,7 +28,7 @@ from notification_controller.api.objects import parse_object
 from notification_controller.dispatch.dispatcher import Dispatcher
 from notification_controller.hooks import Hooks
 from notification_controller.metrics import EventMetrics
-from notification_controller.providers.http import OutboundHTTP, RetryPolicy
+from notification_controller.outbound import OutboundHTTP, RetryPolicy
 from notification_controller.store.base import ObjectStore
 from tests.support.capture import CapturedRequest, CaptureServer, Reply, mint_tls
 from tests.support.memory_cluster import MemoryCluster

@@ -27,8 +27,8 @@ from notification_controller.api.alert import Alert
 from notification_controller.api.common import Secret
 from notification_controller.api.event import Event
 from notification_controller.api.provider import Provider
+from notification_controller.outbound import OutboundHTTP, RetryPolicy
 from notification_controller.providers.base import DeliveryContext
-from notification_controller.providers.http import OutboundHTTP, RetryPolicy
 from notification_controller.providers.options import resolve_options
 from notification_controller.providers.otel import SPAN_ATTRIBUTE_COUNT_LIMIT, build_trace, span_attributes
 from notification_controller.providers.registry import create_notifier

@@ -9,8 +9,8 @@ import pytest
 
 from notification_controller.api.event import Event
 from notification_controller.errors import RetryableDeliveryError
+from notification_controller.outbound import OutboundHTTP, RetryPolicy
 from notification_controller.providers.base import DeliveryContext
-from notification_controller.providers.http import OutboundHTTP, RetryPolicy
 from notification_controller.providers.options import resolve_options
 from notification_controller.providers.registry import create_notifier
 from notification_controller.store.base import ObjectStore

@@ -35,7 +35,7 @@ from notification_controller.app import App
 from notification_controller.dispatch.dispatcher import Dispatcher, DispatchSettings
 from notification_controller.errors import KubeError
 from notification_controller.metrics import EventMetrics
-from notification_controller.providers.http import OutboundHTTP, RetryPolicy
+from notification_controller.outbound import OutboundHTTP, RetryPolicy
 from notification_controller.providers.identity import (
     AZURE_AUDIENCE,
     AZURE_SCOPE_DEVOPS,

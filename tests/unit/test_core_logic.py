@@ -357,7 +357,7 @@ def test_transport_errors_in_user_words() -> None:
     import aiohttp
     from aiohttp.client_reqrep import ConnectionKey
 
-    from notification_controller.providers.retry import describe_exception
+    from notification_controller.outbound.retry import describe_exception
 
     key = ConnectionKey("h.example", 443, True, True, None, None, None)
     refused = aiohttp.ClientConnectorError(key, ConnectionRefusedError(errno.ECONNREFUSED, "refused"))

@@ -27,8 +27,7 @@ from notification_controller.core.gojson import GoStruct, _dumps_stdlib, _sort_m
 from notification_controller.core.metadata import _combine_with_sources, combine_metadata
 from notification_controller.dispatch.dispatcher import Dispatcher
 from notification_controller.metrics import EventMetrics
-from notification_controller.providers.base import OutboundRequest
-from notification_controller.providers.http import OutboundHTTP, RetryPolicy
+from notification_controller.outbound import OutboundHTTP, OutboundRequest, RetryPolicy
 from notification_controller.store.base import ObjectStore
 from tests.support.capture import CaptureServer
 from tests.support.memory_cluster import MemoryCluster

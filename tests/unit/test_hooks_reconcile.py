@@ -34,7 +34,7 @@ from notification_controller.core.clock import ManualClock
 from notification_controller.core.redact import Redactor
 from notification_controller.hooks import Hooks
 from notification_controller.hooks.client import error_answer
-from notification_controller.providers.http import OutboundHTTP
+from notification_controller.outbound import OutboundHTTP
 from notification_controller.store.base import ObjectStore
 from tests.support.capture import CaptureServer, Reply
 from tests.support.recording_cluster import RecordingCluster
@@ -566,16 +566,23 @@ async def test_missing_service_is_a_non_permanent_hook_error(http: OutboundHTTP)
     assert r.warnings("webhook") == [("HookFailed", "hook 'svc': Service 'default/auditor' not found")]
 
 
-async def test_error_answer_reads_outbound_http_error_texts(http: OutboundHTTP) -> None:
-    """``client.error_answer`` relies on OutboundHTTP's error text; pin it against a real answer."""
-    from notification_controller.errors import DeliveryError
-    from notification_controller.providers.base import OutboundRequest
+async def test_error_answer_reads_status_and_body_from_the_error(http: OutboundHTTP) -> None:
+    """``client.error_answer`` reads ``DeliveryError.status``/``body`` of a real answer (no text parsing):
+    a message with another shape changes nothing."""
+    from notification_controller.errors import DeliveryError, FailureReason
+    from notification_controller.outbound import OutboundRequest
 
     async with CaptureServer() as server:
         server.on("POST", "/x", Reply(418, {"message": "teapot", "permanent": True}))
         with pytest.raises(DeliveryError) as info:
             await http.send(OutboundRequest("POST", server.url + "/x"), timeout=2, retry=False)
         assert error_answer(info.value) == (418, '{"message": "teapot", "permanent": true}')
+        assert info.value.failure is FailureReason.CLIENT_ERROR
+        reworded = DeliveryError("something else entirely", status=418, body="{}")
+        assert error_answer(reworded) == (418, "{}")
+        assert (
+            error_answer(DeliveryError("request failed with status code 500: looks like an answer")) is None
+        )
 
 
 # --------------------------------------------------------------------------------------------------

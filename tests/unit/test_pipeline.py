@@ -20,7 +20,7 @@ from notification_controller.dispatch.dispatcher import Dispatcher
 from notification_controller.dispatch.model import Delivery, Draft, Drop, DropReason, Notification, Ref
 from notification_controller.errors import ControllerError
 from notification_controller.metrics import EventMetrics
-from notification_controller.providers.http import OutboundHTTP, RetryPolicy
+from notification_controller.outbound import OutboundHTTP, RetryPolicy
 from notification_controller.store.base import ObjectStore
 from tests.support.capture import CaptureServer, Reply
 from tests.support.memory_cluster import MemoryCluster

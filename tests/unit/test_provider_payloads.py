@@ -22,14 +22,14 @@ from notification_controller.api.event import Event
 from notification_controller.api.provider import ProviderType
 from notification_controller.core.redact import SecretValue
 from notification_controller.errors import PermanentDeliveryError, ProviderConfigError
+from notification_controller.outbound import OutboundResponse, masked
 from notification_controller.providers.alertmanager import AlertmanagerNotifier, go_title
-from notification_controller.providers.base import OutboundResponse, ProviderOptions
+from notification_controller.providers.base import ProviderOptions
 from notification_controller.providers.datadog import DatadogNotifier
 from notification_controller.providers.formatting import format_name_and_description as name_and_description
 from notification_controller.providers.formatting import split_camelcase
 from notification_controller.providers.googlechat import GoogleChatNotifier
 from notification_controller.providers.grafana import GrafanaNotifier
-from notification_controller.providers.http import masked
 from notification_controller.providers.incidentio import IncidentIONotifier
 from notification_controller.providers.lark import LarkNotifier
 from notification_controller.providers.matrix import MatrixNotifier

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 
+from ..errors import FailureReason
+
 
 @dataclass(frozen=True)
 class Verdict:
@@ -133,3 +135,21 @@ def describe_exception(exc: BaseException) -> str:
 def backoff(attempt: int, wait_min: float, wait_max: float) -> float:
     """retryablehttp's DefaultBackoff: ``wait_min * 2**attempt`` capped at ``wait_max`` (attempt from 0)."""
     return float(min(wait_max, wait_min * (2**attempt)))
+
+
+def failure_of(verdict: Verdict, status: int | None = None) -> FailureReason:
+    """The class of a failure, from its verdict and the HTTP status when there was an answer."""
+    if status is not None:
+        if status == 429:
+            return FailureReason.RATE_LIMITED
+        if status >= 500 or status == 0:
+            return FailureReason.SERVER_ERROR
+        return FailureReason.CLIENT_ERROR
+    reason = verdict.reason
+    if reason.startswith("tls"):
+        return FailureReason.TLS
+    if reason == "timeout":
+        return FailureReason.TIMEOUT
+    if reason.startswith("invalid") or reason in ("unsupported_scheme", "invalid_header"):
+        return FailureReason.INVALID_REQUEST
+    return FailureReason.CONNECTION if verdict.retry else FailureReason.OTHER

@@ -28,9 +28,9 @@ from aiohttp_socks import ProxyConnector, ProxyError
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
 
 from ..core.redact import credential_echoes, mask_token, redact_url, redact_urls_in
-from ..errors import DeliveryError, PermanentDeliveryError, RetryableDeliveryError
-from .base import OutboundRequest, OutboundResponse
-from .retry import backoff, classify_exception, classify_status, describe_exception
+from ..errors import DeliveryError, FailureReason, PermanentDeliveryError, RetryableDeliveryError
+from .request import OutboundRequest, OutboundResponse
+from .retry import backoff, classify_exception, classify_status, describe_exception, failure_of
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,25 @@ class RetryPolicy:
     wait_min: float = 2.0
     wait_max: float = 30.0
     body_limit: int = 64 * 1024
+
+
+class Budget:
+    """One time budget for every request of a delivery (``spec.timeout``: a commit status lists, then
+    creates; PagerDuty posts an alert, then a change event), as Flux's context deadline covers them all."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._loop = asyncio.get_running_loop()
+        self.deadline = self._loop.time() + seconds
+
+    def remaining(self, what: str) -> float:
+        """Seconds left; ``DeliveryError`` (timeout) once none are: ``what`` names the request not sent."""
+        left = self.deadline - self._loop.time()
+        if left <= 0:
+            raise DeliveryError(
+                f"{what}: timed out after {self.seconds:g}s", reason="timeout", failure=FailureReason.TIMEOUT
+            )
+        return left
 
 
 class OutboundHTTP:
@@ -136,6 +155,7 @@ class OutboundHTTP:
         masks: Sequence[str] = (),
         check: Callable[[OutboundResponse], None] | None = None,
         retry: bool = True,
+        body_limit: int | None = None,
     ) -> OutboundResponse:
         """Send with retries inside ``timeout`` seconds. Raises ``DeliveryError`` with a masked message."""
         loop = asyncio.get_running_loop()
@@ -151,7 +171,11 @@ class OutboundHTTP:
             remaining = deadline - loop.time()
             if delay >= remaining:
                 # Waiting would overrun the budget: give up now with the last error.
-                raise exc if exc is not None else DeliveryError("timed out", reason="timeout")
+                raise (
+                    exc
+                    if exc is not None
+                    else DeliveryError("timed out", reason="timeout", failure=FailureReason.TIMEOUT)
+                )
             return delay
 
         attempts = policy.max_attempts if retry else 1
@@ -159,7 +183,7 @@ class OutboundHTTP:
             async with asyncio.timeout_at(deadline):
                 # Fast path: most deliveries succeed at once, without building a tenacity loop.
                 try:
-                    return await self._attempt(request, proxy, tls, masks, check)
+                    return await self._attempt(request, proxy, tls, masks, check, body_limit)
                 except RetryableDeliveryError as first:
                     if attempts <= 1:
                         raise
@@ -176,12 +200,16 @@ class OutboundHTTP:
                     reraise=True,
                 ):
                     with attempt:
-                        return await self._attempt(request, proxy, tls, masks, check)
+                        return await self._attempt(request, proxy, tls, masks, check, body_limit)
         except TimeoutError:
             raise DeliveryError(
-                f"request to {redact_url(request.url)} timed out after {timeout:g}s", reason="timeout"
+                f"request to {redact_url(request.url)} timed out after {timeout:g}s",
+                reason="timeout",
+                failure=FailureReason.TIMEOUT,
             ) from None
-        raise DeliveryError("no attempt was made", reason="internal")  # unreachable: reraise=True
+        raise DeliveryError(
+            "no attempt was made", reason="internal", failure=FailureReason.INTERNAL
+        )  # unreachable: reraise=True
 
     async def _attempt(
         self,
@@ -190,6 +218,7 @@ class OutboundHTTP:
         tls: ssl.SSLContext | None,
         masks: Sequence[str],
         check: Callable[[OutboundResponse], None] | None,
+        body_limit: int | None = None,
     ) -> OutboundResponse:
         self.attempts += 1
         url = request.url
@@ -197,7 +226,9 @@ class OutboundHTTP:
             origin = _origin(url)
         except ValueError:  # e.g. "http://[::1/x": never reaches aiohttp, and never escapes as a ValueError
             raise PermanentDeliveryError(
-                f"{request.method} {redact_url(url)}: invalid URL", reason="invalid_url"
+                f"{request.method} {redact_url(url)}: invalid URL",
+                reason="invalid_url",
+                failure=FailureReason.INVALID_REQUEST,
             ) from None
         headers: Mapping[str, str] = request.headers  # read only: aiohttp copies it into its own multidict
         key = IDEMPOTENCY_KEY.get()
@@ -222,7 +253,7 @@ class OutboundHTTP:
                     ssl=tls if tls is not None else True,
                     allow_redirects=False,
                 ) as resp:
-                    body = await resp.content.read(self.policy.body_limit)
+                    body = await resp.content.read(body_limit or self.policy.body_limit)
                     response = OutboundResponse(resp.status, dict(resp.headers), body)
                 if response.status in (301, 302, 303, 307, 308) and "Location" in response.headers:
                     target = urljoin(url, response.headers["Location"])
@@ -230,13 +261,16 @@ class OutboundHTTP:
                         raise PermanentDeliveryError(
                             f"refused redirect from {redact_url(url)} to another host {redact_url(target)}",
                             reason="redirect_refused",
+                            failure=FailureReason.REDIRECT,
                         )
                     url = target
                     continue
                 break
             else:
                 raise PermanentDeliveryError(
-                    f"stopped after {MAX_REDIRECTS} redirects at {redact_url(url)}", reason="redirect_loop"
+                    f"stopped after {MAX_REDIRECTS} redirects at {redact_url(url)}",
+                    reason="redirect_loop",
+                    failure=FailureReason.REDIRECT,
                 )
         except DeliveryError:
             raise
@@ -246,14 +280,19 @@ class OutboundHTTP:
             raise PermanentDeliveryError(
                 _mask(f"{request.method} {redact_url(request.url)}: SOCKS proxy error: {exc}", masks),
                 reason="proxy",
+                failure=FailureReason.CONNECTION,
             ) from None
         except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
             verdict = classify_exception(exc)
             # Go's shape (`Post "https://host/***": connection refused`): the quotes end the URL for the masking.
             message = _mask(f'{request.method} "{redact_url(request.url)}": {describe_exception(exc)}', masks)
             if verdict.retry:
-                raise RetryableDeliveryError(message, reason=verdict.reason) from None
-            raise PermanentDeliveryError(message, reason=verdict.reason) from None
+                raise RetryableDeliveryError(
+                    message, reason=verdict.reason, failure=failure_of(verdict)
+                ) from None
+            raise PermanentDeliveryError(
+                message, reason=verdict.reason, failure=failure_of(verdict)
+            ) from None
         if response.status < 200 or response.status >= 300:
             verdict = classify_status(response.status, response.headers)
             # A provider or proxy may echo the request: mask the credentials in the forms sent (Basic,
@@ -261,9 +300,20 @@ class OutboundHTTP:
             echoes = credential_echoes(masks, headers, proxy or self._env_proxy(url))
             shown = _mask(response.text(), [*echoes, *masks])[:1024]
             text = _mask(f"request failed with status code {response.status}: {shown}", masks)
+            status = response.status
+            failure = failure_of(verdict, status)
             if verdict.retry:
-                raise RetryableDeliveryError(text, reason=verdict.reason, retry_after=verdict.retry_after)
-            raise PermanentDeliveryError(text, reason=verdict.reason)
+                raise RetryableDeliveryError(
+                    text,
+                    reason=verdict.reason,
+                    failure=failure,
+                    status=status,
+                    body=shown,
+                    retry_after=verdict.retry_after,
+                )
+            raise PermanentDeliveryError(
+                text, reason=verdict.reason, failure=failure, status=status, body=shown
+            )
         if check is not None:
             check(response)
         return response

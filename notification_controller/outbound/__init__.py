@@ -1,0 +1,21 @@
+"""THE outbound HTTP path, for providers, hooks and OIDC discovery (``client.py``).
+
+One pooled session (plus one per SOCKS proxy), proxies, TLS, same-origin redirects, response bodies capped,
+error texts masked, and one retry/deadline loop: ``OutboundHTTP.send`` retries within a time budget
+(``spec.timeout`` for a delivery, shared by every request of a multi-request delivery through ``Budget``).
+The retry decision is pure (``retry.py``); a failure is a ``DeliveryError`` with ``status``, a bounded
+``body`` excerpt and a ``FailureReason``, so no caller parses a message.
+"""
+
+from .client import IDEMPOTENCY_KEY, Budget, OutboundHTTP, RetryPolicy, masked
+from .request import OutboundRequest, OutboundResponse
+
+__all__ = [
+    "IDEMPOTENCY_KEY",
+    "Budget",
+    "OutboundHTTP",
+    "OutboundRequest",
+    "OutboundResponse",
+    "RetryPolicy",
+    "masked",
+]
