@@ -41,7 +41,6 @@ from .errors import ConfigError, KubeError, StoreError
 from .hooks import Hooks, load_hooks_config
 from .metrics import DeliveryMetrics, EventMetrics
 from .outbound import OutboundHTTP, RetryPolicy
-from .providers.registry import registered_types
 from .providers.tokens import TokenCache
 from .server.events import EventServerSettings, create_event_app
 from .server.events import runner_kwargs as event_runner_kwargs
@@ -269,8 +268,6 @@ class App:
 
     async def start(self) -> None:
         s = self.settings
-        # Import every provider module now: a broken module fails the start, not every event.
-        log.info("provider types available: %d", len(registered_types()))
         await self.http.start()
         if self.state is not None:
             self._tasks.append(asyncio.create_task(self._open_state(), name="state-store"))

@@ -33,9 +33,9 @@ from ..api.common import Secret
 from ..api.hooks import ServiceReference
 from ..core.redact import SecretValue, mask_token, redact_url
 from ..errors import ConfigError, DeliveryError, HookError, KubeError
+from ..lib.signing import hmac_signature
 from ..outbound import OutboundHTTP, OutboundRequest
 from ..outbound.retry import backoff
-from ..providers.generic import hmac_signature
 from ..providers.options import tls_context
 from ..store.base import Cluster, ObjectStore
 from .registry import BoundHook

@@ -29,7 +29,6 @@ from ..core.clock import rfc3339
 from ..core.gojson import GoStruct, dumps
 from ..outbound import OutboundRequest
 from .base import HTTPNotifier, ProviderOptions, json_headers
-from .registry import register
 from .validation import require_url
 
 GO_ZERO_TIME = "0001-01-01T00:00:00Z"
@@ -86,7 +85,6 @@ def alertmanager_payload(event: Event) -> list[GoStruct]:
     return [alert]
 
 
-@register
 class AlertmanagerNotifier(HTTPNotifier):
     type: ClassVar[ProviderType] = ProviderType.ALERTMANAGER
 

@@ -44,7 +44,6 @@ from .gitcommon import (
     str_field,
 )
 from .identity import AZURE_SCOPE_DEVOPS, azure_access_token
-from .registry import register
 
 API_VERSION = "6.0"
 GENRE = "fluxcd"
@@ -77,7 +76,6 @@ def duplicate_azure_devops_status(statuses: list[dict[str, Any]], status: AzureD
     return False
 
 
-@register
 class AzureDevOpsNotifier:
     type: ClassVar[ProviderType] = ProviderType.AZURE_DEVOPS
     uses_proxy: ClassVar[bool] = False

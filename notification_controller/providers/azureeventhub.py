@@ -41,7 +41,6 @@ from ..outbound import OutboundRequest
 from .base import DeliveryContext, ProviderOptions
 from .gitcommon import Caller, path_segment, rewrap
 from .identity import AZURE_SCOPE_EVENT_HUBS, azure_access_token
-from .registry import register
 
 API_VERSION = "2014-01"
 SAS_LIFETIME = 3600
@@ -126,7 +125,6 @@ def sas_token(resource_uri: str, key_name: str, key: str, now: float) -> str:
     )
 
 
-@register
 class AzureEventHubNotifier:
     type: ClassVar[ProviderType] = ProviderType.AZURE_EVENT_HUB
     uses_proxy: ClassVar[bool] = False

@@ -45,7 +45,6 @@ from .gitcommon import (
     split_repo_id,
     str_field,
 )
-from .registry import register
 from .validation import require_url
 
 API_URL_ENV = "BITBUCKET_API_BASE_URL"
@@ -91,7 +90,6 @@ def duplicate_bitbucket_status(existing: Any, status: BitbucketStatus) -> bool:
     ) == status.description
 
 
-@register
 class BitbucketNotifier:
     type: ClassVar[ProviderType] = ProviderType.BITBUCKET
     uses_proxy: ClassVar[bool] = False

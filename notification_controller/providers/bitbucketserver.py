@@ -37,7 +37,6 @@ from .gitcommon import (
     path_segment,
     str_field,
 )
-from .registry import register
 
 SCM = "/scm/"
 
@@ -111,7 +110,6 @@ def duplicate_bitbucket_server_status(existing: Any, status: BitbucketServerStat
     )
 
 
-@register
 class BitbucketServerNotifier:
     type: ClassVar[ProviderType] = ProviderType.BITBUCKET_SERVER
     uses_proxy: ClassVar[bool] = False

@@ -23,7 +23,6 @@ from ..core.gojson import dumps
 from ..errors import ProviderConfigError
 from ..outbound import OutboundRequest
 from .base import HTTPNotifier, ProviderOptions
-from .registry import register
 
 DEFAULT_SITE = "https://api.datadoghq.com"
 GO_ZERO_UNIX = -62135596800
@@ -58,7 +57,6 @@ def datadog_payload(event: Event) -> dict[str, Any]:
     }
 
 
-@register
 class DatadogNotifier(HTTPNotifier):
     type: ClassVar[ProviderType] = ProviderType.DATADOG
 

@@ -6,8 +6,6 @@ so receivers (including our own ``generic-hmac`` receiver) can verify it.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import ClassVar
@@ -15,9 +13,9 @@ from typing import ClassVar
 from ..api.event import Event
 from ..api.provider import ProviderType
 from ..errors import ProviderConfigError
+from ..lib.signing import hmac_signature
 from ..outbound import OutboundRequest
 from .base import HTTPNotifier, ProviderOptions
-from .registry import register
 from .validation import require_url
 
 
@@ -27,7 +25,6 @@ def generic_headers(event: Event, opts: ProviderOptions) -> dict[str, str]:
     return headers
 
 
-@register
 class GenericNotifier(HTTPNotifier):
     type: ClassVar[ProviderType] = ProviderType.GENERIC
 
@@ -46,11 +43,6 @@ class GenericNotifier(HTTPNotifier):
         return OutboundRequest("POST", self.opts.address, cached[1], event.to_go_json())
 
 
-def hmac_signature(key: bytes, body: bytes) -> str:
-    return "sha256=" + hmac.new(key, body, hashlib.sha256).hexdigest()
-
-
-@register
 class GenericHMACNotifier(HTTPNotifier):
     type: ClassVar[ProviderType] = ProviderType.GENERIC_HMAC
 

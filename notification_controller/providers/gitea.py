@@ -38,7 +38,6 @@ from .gitcommon import (
     str_field,
     token_or_password,
 )
-from .registry import register
 
 
 @dataclass(frozen=True)
@@ -110,7 +109,6 @@ def duplicate_gitea_status(statuses: list[dict[str, Any]], status: GiteaStatus) 
     return False
 
 
-@register
 class GiteaNotifier:
     type: ClassVar[ProviderType] = ProviderType.GITEA
     uses_proxy: ClassVar[bool] = True

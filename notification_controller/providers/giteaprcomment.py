@@ -16,10 +16,8 @@ from .base import ProviderOptions
 from .changerequest import PR_PREFIX, ChangeRequestCommenter
 from .gitcommon import Caller, go_json, str_field
 from .gitea import GiteaRepo, gitea_headers, gitea_token
-from .registry import register
 
 
-@register
 class GiteaPullRequestCommentNotifier(ChangeRequestCommenter):
     type: ClassVar[ProviderType] = ProviderType.GITEA_PR_COMMENT
     uses_proxy: ClassVar[bool] = True

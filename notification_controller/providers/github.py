@@ -36,7 +36,6 @@ from .gitcommon import (
     str_field,
 )
 from .githubapp import GitHubAuth, github_api_base, github_headers
-from .registry import register
 
 
 @dataclass(frozen=True)
@@ -88,7 +87,6 @@ def duplicate_github_status(statuses: list[dict[str, Any]], status: GitHubStatus
     return False
 
 
-@register
 class GitHubNotifier:
     type: ClassVar[ProviderType] = ProviderType.GITHUB
     uses_proxy: ClassVar[bool] = False

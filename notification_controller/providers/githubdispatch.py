@@ -18,7 +18,6 @@ from .base import DeliveryContext, ProviderOptions
 from .gitcommon import Caller
 from .github import GitHubRepo
 from .githubapp import GitHubAuth, github_headers
-from .registry import register
 
 
 def dispatch_body(event: Event) -> bytes:
@@ -34,7 +33,6 @@ def dispatch_body(event: Event) -> bytes:
     )
 
 
-@register
 class GitHubDispatchNotifier:
     type: ClassVar[ProviderType] = ProviderType.GITHUB_DISPATCH
     uses_proxy: ClassVar[bool] = False

@@ -17,14 +17,12 @@ from .changerequest import PR_PREFIX, ChangeRequestCommenter
 from .gitcommon import Caller, go_json, str_field
 from .github import GitHubRepo
 from .githubapp import GitHubAuth, github_headers
-from .registry import register
 
 
 def github_comment_body(body: str) -> bytes:
     return go_json({"body": body}, escape_html=False, newline=True)
 
 
-@register
 class GitHubPullRequestCommentNotifier(ChangeRequestCommenter):
     type: ClassVar[ProviderType] = ProviderType.GITHUB_PR_COMMENT
     uses_proxy: ClassVar[bool] = False

@@ -36,7 +36,6 @@ from .gitcommon import (
     str_field,
     token_or_password,
 )
-from .registry import register
 
 
 @dataclass(frozen=True)
@@ -95,7 +94,6 @@ def gitlab_token(opts: ProviderOptions) -> str:
     return token
 
 
-@register
 class GitLabNotifier:
     type: ClassVar[ProviderType] = ProviderType.GITLAB
     uses_proxy: ClassVar[bool] = False

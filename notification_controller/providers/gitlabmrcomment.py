@@ -16,10 +16,8 @@ from .base import ProviderOptions
 from .changerequest import MR_PREFIX, ChangeRequestCommenter
 from .gitcommon import Caller, go_json, str_field
 from .gitlab import GitLabProject, gitlab_headers, gitlab_token
-from .registry import register
 
 
-@register
 class GitLabMergeRequestCommentNotifier(ChangeRequestCommenter):
     type: ClassVar[ProviderType] = ProviderType.GITLAB_MR_COMMENT
     uses_proxy: ClassVar[bool] = False

@@ -15,7 +15,6 @@ from ..api.provider import ProviderType
 from ..core.gojson import GoStruct, dumps
 from ..outbound import OutboundRequest
 from .base import HTTPNotifier, ProviderOptions, json_headers, obj_name
-from .registry import register
 from .validation import require_url
 
 
@@ -41,7 +40,6 @@ def google_chat_payload(event: Event) -> GoStruct:
     return GoStruct(cards=[GoStruct(header=header, sections=sections)])
 
 
-@register
 class GoogleChatNotifier(HTTPNotifier):
     type: ClassVar[ProviderType] = ProviderType.GOOGLE_CHAT
     uses_tls: ClassVar[bool] = False

@@ -41,7 +41,6 @@ from ..outbound import OutboundRequest
 from .base import DeliveryContext, ProviderOptions
 from .gitcommon import Caller, go_json, path_segment, rewrap, str_field
 from .identity import gcp_access_token
-from .registry import register
 from .tokens import CachedToken, TokenCache, cache_key, mint_or_cached
 from .validation import require_url
 
@@ -145,7 +144,6 @@ def publish_body(event: Event, attributes: dict[str, str]) -> bytes:
     return go_json({"messages": [message]})
 
 
-@register
 class GooglePubSubNotifier:
     type: ClassVar[ProviderType] = ProviderType.GOOGLE_PUBSUB
     uses_proxy: ClassVar[bool] = False

@@ -21,7 +21,6 @@ from ..api.provider import ProviderType
 from ..core.gojson import GoStruct, dumps
 from ..outbound import OutboundRequest
 from .base import HTTPNotifier, ProviderOptions, json_headers, obj_name
-from .registry import register
 from .validation import require_url
 
 GO_ZERO_UNIX = -62135596800  # time.Time{}.Unix()
@@ -43,7 +42,6 @@ def grafana_payload(event: Event) -> GoStruct:
     return GoStruct(when=go_unix(event.timestamp), text=obj_name(event), tags=tags)
 
 
-@register
 class GrafanaNotifier(HTTPNotifier):
     type: ClassVar[ProviderType] = ProviderType.GRAFANA
 

@@ -18,7 +18,6 @@ from ..core.gojson import GoStruct, dumps
 from ..errors import ProviderConfigError
 from ..outbound import OutboundRequest
 from .base import HTTPNotifier, ProviderOptions, json_headers, obj_name
-from .registry import register
 from .validation import require_url
 
 PROGRESSING = "Progressing"
@@ -41,7 +40,6 @@ def incidentio_payload(event: Event) -> GoStruct:
     return payload
 
 
-@register
 class IncidentIONotifier(HTTPNotifier):
     type: ClassVar[ProviderType] = ProviderType.INCIDENT_IO
 

@@ -14,7 +14,6 @@ from ..api.provider import ProviderType
 from ..core.gojson import GoStruct, dumps
 from ..outbound import OutboundRequest
 from .base import HTTPNotifier, ProviderOptions, json_headers, obj_name
-from .registry import register
 from .validation import require_url
 
 
@@ -35,7 +34,6 @@ def lark_payload(event: Event) -> GoStruct:
     return GoStruct(msg_type="interactive", card=card)
 
 
-@register
 class LarkNotifier(HTTPNotifier):
     type: ClassVar[ProviderType] = ProviderType.LARK
     uses_proxy: ClassVar[bool] = False

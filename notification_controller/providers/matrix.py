@@ -20,7 +20,6 @@ from ..api.provider import ProviderType
 from ..core.gojson import GoStruct, dumps
 from ..outbound import OutboundRequest
 from .base import HTTPNotifier, ProviderOptions, json_headers, obj_name
-from .registry import register
 from .validation import require_url
 
 
@@ -34,7 +33,6 @@ def matrix_body(event: Event) -> str:
     return f"{emoji} {obj_name(event)}\n{event.message}\n{lines}"
 
 
-@register
 class MatrixNotifier(HTTPNotifier):
     type: ClassVar[ProviderType] = ProviderType.MATRIX
     uses_proxy: ClassVar[bool] = False

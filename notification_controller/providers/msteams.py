@@ -23,7 +23,6 @@ from ..api.provider import ProviderType
 from ..core.gojson import GoStruct, dumps
 from ..outbound import OutboundRequest
 from .base import HTTPNotifier, ProviderOptions, json_headers, obj_name
-from .registry import register
 from .validation import require_url
 
 ADAPTIVE_CARD_VERSION = "1.4"
@@ -89,7 +88,6 @@ def adaptive_card(event: Event) -> GoStruct:
     return GoStruct(type="message", attachments=[attachment])
 
 
-@register
 class MSTeamsNotifier(HTTPNotifier):
     type: ClassVar[ProviderType] = ProviderType.MSTEAMS
 

@@ -24,7 +24,6 @@ from ..api.provider import ProviderType
 from ..errors import PermanentDeliveryError, ProviderConfigError, RetryableDeliveryError
 from ..outbound import masked
 from .base import DeliveryContext, ProviderOptions
-from .registry import register
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +69,6 @@ def nats_auth(opts: ProviderOptions) -> tuple[str, dict[str, Any]]:
     return "none", {}
 
 
-@register
 class NATSNotifier:
     type: ClassVar[ProviderType] = ProviderType.NATS
     uses_proxy: ClassVar[bool] = False

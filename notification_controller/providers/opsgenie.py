@@ -18,7 +18,6 @@ from ..core.gojson import GoStruct, dumps
 from ..errors import ProviderConfigError
 from ..outbound import OutboundRequest
 from .base import HTTPNotifier, ProviderOptions, json_headers
-from .registry import register
 from .validation import require_url
 
 
@@ -41,7 +40,6 @@ def opsgenie_payload(provider_uid: str, event: Event) -> GoStruct:
     return payload
 
 
-@register
 class OpsgenieNotifier(HTTPNotifier):
     type: ClassVar[ProviderType] = ProviderType.OPSGENIE
 

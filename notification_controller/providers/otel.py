@@ -56,7 +56,6 @@ from ..errors import PermanentDeliveryError
 from ..outbound import OutboundRequest
 from .base import DeliveryContext, ProviderOptions
 from .gitcommon import Caller, token_or_password
-from .registry import register
 from .validation import require_url
 
 CONTENT_TYPE = "application/x-protobuf"
@@ -189,7 +188,6 @@ def build_trace(event: Event, alert: Alert, *, span_id: bytes, end_ns: int) -> E
     )
 
 
-@register
 class OTELNotifier:
     type: ClassVar[ProviderType] = ProviderType.OTEL
     uses_proxy: ClassVar[bool] = True

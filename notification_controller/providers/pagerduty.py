@@ -24,7 +24,6 @@ from ..core.redact import redact_url
 from ..outbound import Budget, OutboundRequest
 from .base import DeliveryContext, HTTPNotifier, ProviderOptions, json_headers
 from .formatting import format_name_and_description
-from .registry import register
 from .validation import require_url
 
 PROGRESSING = "Progressing"
@@ -78,7 +77,6 @@ def change_event(event: Event, routing_key: str) -> GoStruct:
     return GoStruct(routing_key=routing_key, payload=payload)
 
 
-@register
 class PagerDutyNotifier(HTTPNotifier):
     type: ClassVar[ProviderType] = ProviderType.PAGERDUTY
 

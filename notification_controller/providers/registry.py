@@ -1,54 +1,91 @@
-"""The explicit map from provider type to notifier class. Adding a type = one module + one import here.
+"""The explicit, read-only map from provider type to the module and class that implement it.
 
-``tests/unit/test_registry.py`` asserts registry == CRD enum == ``docs/providers/*.md``.
+One line per type (``TYPES``); the module is imported the first time a Provider of that type is built, so
+starting the controller never imports the 34 provider modules and their SDKs (OTLP protobuf, Google and
+Azure clients): a process loads what its Providers use. Nothing registers itself: no decorator, no import
+side effect. ``tests/unit/test_provider_registry.py`` asserts ``TYPES`` == the CRD enum == the docs pages,
+and that every entry imports and builds.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TypeVar
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
 
 from ..api.provider import ProviderType
 from ..errors import ProviderConfigError
 from .base import Notifier, ProviderOptions
 
-NotifierFactory = Callable[[ProviderOptions], Notifier]
-_REGISTRY: dict[ProviderType, NotifierFactory] = {}
 
-T = TypeVar("T")
+@dataclass(frozen=True)
+class ProviderRecord:
+    module: str
+    """Module under ``notification_controller.providers``."""
+    factory: str
+    """The notifier class in it: ``factory(options)`` validates the options and builds the notifier."""
+
+    def load(self) -> Callable[[ProviderOptions], Notifier]:
+        module = importlib.import_module(f"{__package__}.{self.module}")
+        factory: Callable[[ProviderOptions], Notifier] = getattr(module, self.factory)
+        return factory
 
 
-def register(cls: T) -> T:
-    """Class decorator: register a notifier class under its ``type``."""
-    ptype = cls.type  # type: ignore[attr-defined]
-    if ptype in _REGISTRY:
-        raise RuntimeError(f"provider type {ptype} registered twice")
-    _REGISTRY[ptype] = cls  # type: ignore[assignment]
-    return cls
+TYPES: Mapping[ProviderType, ProviderRecord] = MappingProxyType(
+    {
+        ProviderType.ALERTMANAGER: ProviderRecord("alertmanager", "AlertmanagerNotifier"),
+        ProviderType.AZURE_DEVOPS: ProviderRecord("azuredevops", "AzureDevOpsNotifier"),
+        ProviderType.AZURE_EVENT_HUB: ProviderRecord("azureeventhub", "AzureEventHubNotifier"),
+        ProviderType.BITBUCKET: ProviderRecord("bitbucket", "BitbucketNotifier"),
+        ProviderType.BITBUCKET_SERVER: ProviderRecord("bitbucketserver", "BitbucketServerNotifier"),
+        ProviderType.DATADOG: ProviderRecord("datadog", "DatadogNotifier"),
+        ProviderType.DISCORD: ProviderRecord("slack", "DiscordNotifier"),
+        ProviderType.GENERIC: ProviderRecord("generic", "GenericNotifier"),
+        ProviderType.GENERIC_HMAC: ProviderRecord("generic", "GenericHMACNotifier"),
+        ProviderType.GITEA: ProviderRecord("gitea", "GiteaNotifier"),
+        ProviderType.GITEA_PR_COMMENT: ProviderRecord("giteaprcomment", "GiteaPullRequestCommentNotifier"),
+        ProviderType.GITHUB: ProviderRecord("github", "GitHubNotifier"),
+        ProviderType.GITHUB_DISPATCH: ProviderRecord("githubdispatch", "GitHubDispatchNotifier"),
+        ProviderType.GITHUB_PR_COMMENT: ProviderRecord("githubprcomment", "GitHubPullRequestCommentNotifier"),
+        ProviderType.GITLAB: ProviderRecord("gitlab", "GitLabNotifier"),
+        ProviderType.GITLAB_MR_COMMENT: ProviderRecord(
+            "gitlabmrcomment", "GitLabMergeRequestCommentNotifier"
+        ),
+        ProviderType.GOOGLE_CHAT: ProviderRecord("googlechat", "GoogleChatNotifier"),
+        ProviderType.GOOGLE_PUBSUB: ProviderRecord("googlepubsub", "GooglePubSubNotifier"),
+        ProviderType.GRAFANA: ProviderRecord("grafana", "GrafanaNotifier"),
+        ProviderType.INCIDENT_IO: ProviderRecord("incidentio", "IncidentIONotifier"),
+        ProviderType.LARK: ProviderRecord("lark", "LarkNotifier"),
+        ProviderType.MATRIX: ProviderRecord("matrix", "MatrixNotifier"),
+        ProviderType.MSTEAMS: ProviderRecord("msteams", "MSTeamsNotifier"),
+        ProviderType.NATS: ProviderRecord("nats", "NATSNotifier"),
+        ProviderType.OPSGENIE: ProviderRecord("opsgenie", "OpsgenieNotifier"),
+        ProviderType.OTEL: ProviderRecord("otel", "OTELNotifier"),
+        ProviderType.PAGERDUTY: ProviderRecord("pagerduty", "PagerDutyNotifier"),
+        ProviderType.ROCKET: ProviderRecord("slack", "RocketNotifier"),
+        ProviderType.SENTRY: ProviderRecord("sentry", "SentryNotifier"),
+        ProviderType.SLACK: ProviderRecord("slack", "SlackNotifier"),
+        ProviderType.TELEGRAM: ProviderRecord("telegram", "TelegramNotifier"),
+        ProviderType.WEBEX: ProviderRecord("webex", "WebexNotifier"),
+        ProviderType.ZOOM: ProviderRecord("zoom", "ZoomNotifier"),
+        ProviderType.ZULIP: ProviderRecord("zulip", "ZulipNotifier"),
+    }
+)
+
+_factories: dict[ProviderType, Callable[[ProviderOptions], Notifier]] = {}
 
 
 def registered_types() -> frozenset[ProviderType]:
-    _load_all()
-    return frozenset(_REGISTRY)
+    return frozenset(TYPES)
 
 
 def create_notifier(opts: ProviderOptions) -> Notifier:
-    """Build the notifier for ``opts.type``; unknown or unbuilt types give a clear error, never a crash."""
-    _load_all()
-    factory = _REGISTRY.get(opts.type)
+    """Build the notifier for ``opts.type``; an unknown type is a clear error, never a crash."""
+    factory = _factories.get(opts.type)
     if factory is None:
-        raise ProviderConfigError(f"provider {opts.type} not supported", reason="UnsupportedProvider")
+        record = TYPES.get(opts.type)
+        if record is None:
+            raise ProviderConfigError(f"provider {opts.type} not supported", reason="UnsupportedProvider")
+        factory = _factories[opts.type] = record.load()
     return factory(opts)
-
-
-_loaded = False
-
-
-def _load_all() -> None:
-    """Import every provider module once (each registers itself)."""
-    global _loaded
-    if _loaded:
-        return
-    from . import catalog  # noqa: F401  (imports all provider modules)
-
-    _loaded = True

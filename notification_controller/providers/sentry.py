@@ -35,7 +35,6 @@ from ..core.redact import SecretValue
 from ..errors import ProviderConfigError
 from ..outbound import OutboundRequest
 from .base import DeliveryContext, HTTPNotifier, ProviderOptions
-from .registry import register
 
 SENTRY_CLIENT = "notification-controller/0.1"
 SDK_INFO = GoStruct(name="notification-controller", version="0.1")
@@ -153,7 +152,6 @@ def envelope(item_type: str, item: Any) -> bytes:
     return header + b"\n" + item_header + b"\n" + payload + b"\n"
 
 
-@register
 class SentryNotifier(HTTPNotifier):
     type: ClassVar[ProviderType] = ProviderType.SENTRY
     uses_proxy: ClassVar[bool] = False

@@ -27,7 +27,6 @@ from ..core.gojson import GoStruct, dumps
 from ..errors import PermanentDeliveryError
 from ..outbound import OutboundRequest, OutboundResponse
 from .base import HTTPNotifier, ProviderOptions, first_line, json_headers, obj_name
-from .registry import register
 from .validation import require_url
 
 SLACK_API_POST_MESSAGE = "https://slack.com/api/chat.postMessage"
@@ -68,7 +67,6 @@ def validate_slack_response(response: OutboundResponse) -> None:
     raise PermanentDeliveryError(f"Slack responded with error: {error}", reason="slack_error")
 
 
-@register
 class SlackNotifier(HTTPNotifier):
     type: ClassVar[ProviderType] = ProviderType.SLACK
 
@@ -126,7 +124,6 @@ def discord_url(address: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, joined, parts.query, parts.fragment))
 
 
-@register
 class DiscordNotifier(HTTPNotifier):
     type: ClassVar[ProviderType] = ProviderType.DISCORD
     uses_tls: ClassVar[bool] = False  # Flux ignores certSecretRef for Discord
@@ -148,7 +145,6 @@ class DiscordNotifier(HTTPNotifier):
         return OutboundRequest("POST", self.url, json_headers(), dumps(payload))
 
 
-@register
 class RocketNotifier(HTTPNotifier):
     type: ClassVar[ProviderType] = ProviderType.ROCKET
 

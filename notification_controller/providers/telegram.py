@@ -25,7 +25,6 @@ from ..core.gojson import GoStruct, dumps
 from ..errors import ProviderConfigError
 from ..outbound import OutboundRequest
 from .base import HTTPNotifier, ProviderOptions, json_headers
-from .registry import register
 from .validation import require_url
 
 TELEGRAM_API = "https://api.telegram.org"
@@ -57,7 +56,6 @@ def telegram_api_base() -> str:
     return require_url(override, what=API_URL_ENV).rstrip("/")
 
 
-@register
 class TelegramNotifier(HTTPNotifier):
     type: ClassVar[ProviderType] = ProviderType.TELEGRAM
     uses_tls: ClassVar[bool] = False

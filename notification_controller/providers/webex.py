@@ -15,7 +15,6 @@ from ..api.provider import ProviderType
 from ..core.gojson import GoStruct, dumps
 from ..outbound import OutboundRequest
 from .base import HTTPNotifier, ProviderOptions, json_headers, obj_name
-from .registry import register
 from .validation import require_url
 
 
@@ -26,7 +25,6 @@ def webex_markdown(event: Event) -> str:
     return "".join(lines)
 
 
-@register
 class WebexNotifier(HTTPNotifier):
     type: ClassVar[ProviderType] = ProviderType.WEBEX
 

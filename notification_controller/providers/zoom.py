@@ -18,7 +18,6 @@ from ..core.gojson import GoStruct, dumps
 from ..errors import ProviderConfigError
 from ..outbound import OutboundRequest
 from .base import HTTPNotifier, ProviderOptions, json_headers, obj_name
-from .registry import register
 from .validation import require_url
 
 
@@ -46,7 +45,6 @@ def zoom_payload(event: Event) -> GoStruct:
     return GoStruct(content=GoStruct(head=head, body=body))
 
 
-@register
 class ZoomNotifier(HTTPNotifier):
     type: ClassVar[ProviderType] = ProviderType.ZOOM
 

@@ -26,7 +26,6 @@ from ..api.provider import ProviderType
 from ..errors import ProviderConfigError
 from ..outbound import OutboundRequest
 from .base import HTTPNotifier, ProviderOptions
-from .registry import register
 from .validation import require_url
 
 MESSAGES_PATH = "/api/v1/messages"
@@ -56,7 +55,6 @@ def parse_zulip_channel(channel: str) -> tuple[str, str]:
     return stream, topic
 
 
-@register
 class ZulipNotifier(HTTPNotifier):
     type: ClassVar[ProviderType] = ProviderType.ZULIP
 

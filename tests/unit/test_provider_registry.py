@@ -37,3 +37,38 @@ def test_an_unknown_type_is_a_clear_error_not_a_crash() -> None:
     unknown = dataclasses.replace(opts, type="carrier-pigeon")  # type: ignore[arg-type]
     with pytest.raises(ProviderConfigError, match="provider carrier-pigeon not supported"):
         create_notifier(unknown)
+
+
+def test_every_entry_imports_and_names_a_notifier_of_its_type() -> None:
+    from notification_controller.providers.registry import TYPES
+
+    for ptype, record in TYPES.items():
+        factory = record.load()
+        assert factory.type == ptype, (ptype, record)  # type: ignore[attr-defined]
+
+
+def test_starting_imports_no_provider_module_until_a_provider_is_built() -> None:
+    """The map is lazy: ``import notification_controller.app`` loads no provider type (nor its SDK)."""
+    import json
+    import subprocess
+    import sys
+
+    probe = """
+import json, sys
+import notification_controller.app
+from notification_controller.api.provider import ProviderType
+from notification_controller.providers.base import ProviderOptions
+from notification_controller.providers.registry import TYPES, create_notifier
+before = sorted(m for m in sys.modules if m.rsplit(".", 1)[-1] in {r.module for r in TYPES.values()}
+                and m.startswith("notification_controller.providers."))
+create_notifier(ProviderOptions(type=ProviderType.SLACK, name="p", namespace="ns",
+                                address="https://hooks.slack.com/services/x"))
+after = sorted(m for m in sys.modules if m.startswith("notification_controller.providers.")
+               and m.rsplit(".", 1)[-1] in {r.module for r in TYPES.values()})
+print(json.dumps({"before": before, "after": after, "otel": "opentelemetry" in sys.modules}))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60, check=True
+    )
+    seen = json.loads(done.stdout)
+    assert seen == {"before": [], "after": ["notification_controller.providers.slack"], "otel": False}
