@@ -24,9 +24,10 @@ from ..api.provider import ProviderType
 from ..core.gojson import GoStruct
 from ..errors import DeliveryError, ProviderConfigError
 from ..outbound import OutboundRequest
-from .base import DeliveryContext, ProviderOptions
+from .base import ProviderOptions
 from .gitcommon import (
     Caller,
+    CommitStatusNotifier,
     basic_auth,
     commit_sha,
     commit_status_id,
@@ -76,7 +77,7 @@ def duplicate_azure_devops_status(statuses: list[dict[str, Any]], status: AzureD
     return False
 
 
-class AzureDevOpsNotifier:
+class AzureDevOpsNotifier(CommitStatusNotifier[AzureDevOpsStatus]):
     type: ClassVar[ProviderType] = ProviderType.AZURE_DEVOPS
     uses_proxy: ClassVar[bool] = False
     uses_tls: ClassVar[bool] = True
@@ -131,21 +132,15 @@ class AzureDevOpsNotifier:
             "POST", self._url(status.sha), self._headers(token or self.token, body=True), body
         )
 
-    async def post(self, event: Event, ctx: DeliveryContext) -> None:
-        status = self.build_status(event, ctx.commit_status)
-        if status is None:
-            return
-        call = Caller(ctx, self.opts)
-        token = self.token
-        if not token:
-            try:
-                token = await azure_access_token(call, AZURE_SCOPE_DEVOPS)
-            except DeliveryError as exc:
-                raise rewrap(exc, "failed to acquire azure devops token: failed to get token") from None
-        listing = await call.send_json(
-            self.list_request(status, token), what="could not list commit statuses"
-        )
-        values = listing.get("value") if isinstance(listing, dict) else listing
-        if duplicate_azure_devops_status(json_list(values), status):
-            return
-        await call.send(self.create_request(status, token), what="could not create commit status")
+    def is_duplicate(self, existing: Any, status: AzureDevOpsStatus) -> bool:
+        values = existing.get("value") if isinstance(existing, dict) else existing
+        return duplicate_azure_devops_status(json_list(values), status)
+
+    async def credential(self, call: Caller) -> str:
+        if self.token:
+            return ""  # the Secret's token is in the options (list/create_request fall back to it)
+        try:
+            token: str = await azure_access_token(call, AZURE_SCOPE_DEVOPS)
+            return token
+        except DeliveryError as exc:
+            raise rewrap(exc, "failed to acquire azure devops token: failed to get token") from None

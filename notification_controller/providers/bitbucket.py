@@ -26,18 +26,18 @@ from urllib.parse import urlsplit
 from ..api.event import Event
 from ..api.provider import ProviderType
 from ..core.gojson import GoStruct
-from ..errors import DeliveryError, ProviderConfigError
+from ..errors import ProviderConfigError
 from ..outbound import OutboundRequest
-from .base import DeliveryContext, ProviderOptions
+from .base import ProviderOptions
 from .gitcommon import (
     Caller,
+    CommitStatusNotifier,
     basic_auth,
     commit_sha,
     commit_status_id,
     format_name_and_description,
     go_json,
     go_quote,
-    is_not_found,
     is_progressing,
     parse_git_address,
     path_segment,
@@ -90,7 +90,9 @@ def duplicate_bitbucket_status(existing: Any, status: BitbucketStatus) -> bool:
     ) == status.description
 
 
-class BitbucketNotifier:
+class BitbucketNotifier(CommitStatusNotifier[BitbucketStatus]):
+    list_what: ClassVar[str] = "could not get commit status"
+    missing_is_empty: ClassVar[bool] = True  # the status is read by key: 404 = not set yet
     type: ClassVar[ProviderType] = ProviderType.BITBUCKET
     uses_proxy: ClassVar[bool] = False
     uses_tls: ClassVar[bool] = True
@@ -131,10 +133,10 @@ class BitbucketNotifier:
             sha, sha1_hex(commit_status_id(self.opts, event, commit_status)), state, name, description
         )
 
-    def get_request(self, status: BitbucketStatus) -> OutboundRequest:
+    def list_request(self, status: BitbucketStatus, token: str = "") -> OutboundRequest:
         return OutboundRequest("GET", self._url(status.sha, path_segment(status.key)), self._headers())
 
-    def create_request(self, status: BitbucketStatus) -> OutboundRequest:
+    def create_request(self, status: BitbucketStatus, token: str = "") -> OutboundRequest:
         body = go_json(
             GoStruct(
                 key=status.key,
@@ -146,18 +148,9 @@ class BitbucketNotifier:
         )
         return OutboundRequest("POST", self._url(status.sha), self._headers(body=True), body)
 
-    async def post(self, event: Event, ctx: DeliveryContext) -> None:
-        status = self.build_status(event, ctx.commit_status)
-        if status is None:
-            return
-        call = Caller(ctx, self.opts)
+    def is_duplicate(self, existing: Any, status: BitbucketStatus) -> bool:
+        return duplicate_bitbucket_status(existing, status)
+
+    async def credential(self, call: Caller) -> str:
         call.add_mask(self.password)  # the Secret's token is "<user>:<password>": mask the password alone too
-        try:
-            existing = await call.send_json(self.get_request(status), what="could not get commit status")
-        except DeliveryError as exc:
-            if not is_not_found(exc):
-                raise
-            existing = None
-        if duplicate_bitbucket_status(existing, status):
-            return
-        await call.send(self.create_request(status), what="could not create commit status")
+        return ""

@@ -20,19 +20,18 @@ from urllib.parse import quote, urlsplit, urlunsplit
 from ..api.event import Event
 from ..api.provider import ProviderType
 from ..core.gojson import GoStruct
-from ..errors import DeliveryError, PermanentDeliveryError, ProviderConfigError
+from ..errors import PermanentDeliveryError, ProviderConfigError
 from ..outbound import OutboundRequest
-from .base import DeliveryContext, ProviderOptions
+from .base import ProviderOptions
 from .bitbucket import sha1_hex
 from .gitcommon import (
-    Caller,
+    CommitStatusNotifier,
     basic_auth,
     commit_sha,
     commit_status_id,
     format_name_and_description,
     go_json,
     go_quote,
-    is_not_found,
     is_progressing,
     path_segment,
     str_field,
@@ -110,7 +109,12 @@ def duplicate_bitbucket_server_status(existing: Any, status: BitbucketServerStat
     )
 
 
-class BitbucketServerNotifier:
+class BitbucketServerNotifier(CommitStatusNotifier[BitbucketServerStatus]):
+    list_what: ClassVar[str] = (
+        "could not get existing commit status: failed api call to check duplicate commit status"
+    )
+    create_what: ClassVar[str] = "could not post build status: could not post build commit status"
+    missing_is_empty: ClassVar[bool] = True
     type: ClassVar[ProviderType] = ProviderType.BITBUCKET_SERVER
     uses_proxy: ClassVar[bool] = False
     uses_tls: ClassVar[bool] = True
@@ -158,12 +162,12 @@ class BitbucketServerNotifier:
     def builds_url(self, sha: str) -> str:
         return f"{self.commits_url}/{path_segment(sha)}/builds"
 
-    def get_request(self, status: BitbucketServerStatus) -> OutboundRequest:
+    def list_request(self, status: BitbucketServerStatus, token: str = "") -> OutboundRequest:
         return OutboundRequest(
             "GET", f"{self.builds_url(status.sha)}?key={quote(status.key, safe='')}", self._headers()
         )
 
-    def create_request(self, status: BitbucketServerStatus) -> OutboundRequest:
+    def create_request(self, status: BitbucketServerStatus, token: str = "") -> OutboundRequest:
         payload = GoStruct()
         if status.description:
             payload["description"] = status.description
@@ -175,23 +179,5 @@ class BitbucketServerNotifier:
         body = go_json(payload, newline=True)
         return OutboundRequest("POST", self.builds_url(status.sha), self._headers(body=True), body)
 
-    async def post(self, event: Event, ctx: DeliveryContext) -> None:
-        status = self.build_status(event, ctx.commit_status)
-        if status is None:
-            return
-        call = Caller(ctx, self.opts)
-        try:
-            existing = await call.send_json(
-                self.get_request(status),
-                what="could not get existing commit status: failed api call to check duplicate commit status",
-            )
-        except DeliveryError as exc:
-            if not is_not_found(exc):
-                raise
-            existing = None
-        if duplicate_bitbucket_server_status(existing, status):
-            return
-        await call.send(
-            self.create_request(status),
-            what="could not post build status: could not post build commit status",
-        )
+    def is_duplicate(self, existing: Any, status: BitbucketServerStatus) -> bool:
+        return duplicate_bitbucket_server_status(existing, status)

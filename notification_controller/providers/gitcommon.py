@@ -8,12 +8,13 @@ single time budget (``spec.timeout`` covers the whole delivery, as Flux's contex
 
 from __future__ import annotations
 
+import abc
 import base64
 import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, Generic, TypeVar
 from urllib.parse import quote, urlsplit
 
 from ..api.event import MD_CHANGE_REQUEST, Event
@@ -370,3 +371,68 @@ def str_field(item: dict[str, Any], *path: str) -> str | None:
             return None
         value = value.get(key)
     return value if isinstance(value, str) else None
+
+
+# ----------------------------------------------------------------------------------------------------
+# The commit-status family: list -> dedupe -> create, once
+# ----------------------------------------------------------------------------------------------------
+
+S = TypeVar("S")
+
+
+class CommitStatusNotifier(abc.ABC, Generic[S]):
+    """A forge's commit status (reference §4.x): build the status, read what the forge has (one request),
+    stop if the same status is already set, else create it — under one ``spec.timeout`` budget.
+
+    A forge supplies the status it wants (``build_status``), the two requests, the duplicate rule and,
+    when the API needs one minted per delivery, ``credential`` (a token); the flow and its error texts
+    (``list_what``/``create_what``, Flux's) live here. ``missing_is_empty``: the forge answers 404 when no
+    status exists yet (Bitbucket reads one status by key).
+    """
+
+    opts: ProviderOptions
+    list_what: ClassVar[str] = "could not list commit statuses"
+    create_what: ClassVar[str] = "could not create commit status"
+    missing_is_empty: ClassVar[bool] = False
+    api_proxy: ClassVar[bool] = False  # the forge API through spec.proxy (Gitea)
+
+    @abc.abstractmethod
+    def build_status(self, event: Event, commit_status: str = "") -> S | None:
+        """The status for ``event``, or None when the event sets none (``Progressing``)."""
+
+    @abc.abstractmethod
+    def list_request(self, status: S, token: str = "") -> OutboundRequest: ...
+
+    @abc.abstractmethod
+    def create_request(self, status: S, token: str = "") -> OutboundRequest: ...
+
+    @abc.abstractmethod
+    def is_duplicate(self, existing: Any, status: S) -> bool:
+        """Whether the forge's answer to ``list_request`` already holds ``status``."""
+
+    def api_tls(self) -> bool:
+        """Whether the API requests use the Provider's TLS material (``certSecretRef``)."""
+        return True
+
+    async def credential(self, call: Caller) -> str:
+        """A token minted for this delivery ("" when the options carry the credential)."""
+        return ""
+
+    async def post(self, event: Event, ctx: DeliveryContext) -> None:
+        status = self.build_status(event, ctx.commit_status)
+        if status is None:
+            return
+        call = Caller(ctx, self.opts)
+        token = await self.credential(call)
+        proxy, tls = self.api_proxy, self.api_tls()
+        try:
+            existing = await call.send_json(
+                self.list_request(status, token), what=self.list_what, proxy=proxy, tls=tls
+            )
+        except DeliveryError as exc:
+            if not (self.missing_is_empty and is_not_found(exc)):
+                raise
+            existing = None
+        if self.is_duplicate(existing, status):
+            return
+        await call.send(self.create_request(status, token), what=self.create_what, proxy=proxy, tls=tls)

@@ -20,9 +20,9 @@ from ..api.provider import ProviderType
 from ..core.gojson import GoStruct
 from ..errors import ProviderConfigError
 from ..outbound import OutboundRequest
-from .base import DeliveryContext, ProviderOptions
+from .base import ProviderOptions
 from .gitcommon import (
-    Caller,
+    CommitStatusNotifier,
     commit_sha,
     commit_status_id,
     format_name_and_description,
@@ -109,7 +109,8 @@ def duplicate_gitea_status(statuses: list[dict[str, Any]], status: GiteaStatus) 
     return False
 
 
-class GiteaNotifier:
+class GiteaNotifier(CommitStatusNotifier[GiteaStatus]):
+    api_proxy: ClassVar[bool] = True
     type: ClassVar[ProviderType] = ProviderType.GITEA
     uses_proxy: ClassVar[bool] = True
     uses_tls: ClassVar[bool] = True
@@ -125,11 +126,11 @@ class GiteaNotifier:
         _, description = format_name_and_description(event)
         return GiteaStatus(sha, state, description, commit_status_id(self.opts, event, commit_status))
 
-    def list_request(self, status: GiteaStatus) -> OutboundRequest:
+    def list_request(self, status: GiteaStatus, token: str = "") -> OutboundRequest:
         url = self.repo.url("commits", path_segment(status.sha), "statuses") + "?page=0&limit=50"
         return OutboundRequest("GET", url, gitea_headers(self.token))
 
-    def create_request(self, status: GiteaStatus) -> OutboundRequest:
+    def create_request(self, status: GiteaStatus, token: str = "") -> OutboundRequest:
         body = go_json(
             GoStruct(
                 state=status.state, target_url="", description=status.description, context=status.context
@@ -138,12 +139,5 @@ class GiteaNotifier:
         url = self.repo.url("statuses", path_segment(status.sha))
         return OutboundRequest("POST", url, gitea_headers(self.token, body=True), body)
 
-    async def post(self, event: Event, ctx: DeliveryContext) -> None:
-        status = self.build_status(event, ctx.commit_status)
-        call = Caller(ctx, self.opts)
-        listing = await call.send_json(
-            self.list_request(status), what="could not list commit statuses", proxy=True
-        )
-        if duplicate_gitea_status(json_list(listing), status):
-            return
-        await call.send(self.create_request(status), what="could not create commit status", proxy=True)
+    def is_duplicate(self, existing: Any, status: GiteaStatus) -> bool:
+        return duplicate_gitea_status(json_list(existing), status)

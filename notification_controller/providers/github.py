@@ -19,9 +19,10 @@ from ..api.provider import ProviderType
 from ..core.gojson import GoStruct
 from ..errors import ProviderConfigError
 from ..outbound import OutboundRequest
-from .base import DeliveryContext, ProviderOptions
+from .base import ProviderOptions
 from .gitcommon import (
     Caller,
+    CommitStatusNotifier,
     commit_sha,
     commit_status_id,
     format_name_and_description,
@@ -87,7 +88,7 @@ def duplicate_github_status(statuses: list[dict[str, Any]], status: GitHubStatus
     return False
 
 
-class GitHubNotifier:
+class GitHubNotifier(CommitStatusNotifier[GitHubStatus]):
     type: ClassVar[ProviderType] = ProviderType.GITHUB
     uses_proxy: ClassVar[bool] = False
     uses_tls: ClassVar[bool] = True  # TLS for GitHub Enterprise only; proxy only for the GitHub App token
@@ -106,11 +107,11 @@ class GitHubNotifier:
         _, description = format_name_and_description(event)
         return GitHubStatus(sha, state, description, commit_status_id(self.opts, event, commit_status))
 
-    def list_request(self, status: GitHubStatus, token: str) -> OutboundRequest:
+    def list_request(self, status: GitHubStatus, token: str = "") -> OutboundRequest:
         url = self.repo.url("commits", path_segment(status.sha), "statuses") + "?per_page=50"
         return OutboundRequest("GET", url, github_headers(token))
 
-    def create_request(self, status: GitHubStatus, token: str) -> OutboundRequest:
+    def create_request(self, status: GitHubStatus, token: str = "") -> OutboundRequest:
         body = go_json(
             GoStruct(state=status.state, description=status.description, context=status.context),
             escape_html=False,
@@ -119,16 +120,11 @@ class GitHubNotifier:
         url = self.repo.url("statuses", path_segment(status.sha))
         return OutboundRequest("POST", url, github_headers(token, body=True), body)
 
-    async def post(self, event: Event, ctx: DeliveryContext) -> None:
-        status = self.build_status(event, ctx.commit_status)
-        if status is None:
-            return
-        call = Caller(ctx, self.opts)
-        token = (await self.auth.token(call)).token
-        tls = self.repo.enterprise
-        listing = await call.send_json(
-            self.list_request(status, token), what="could not list commit statuses", tls=tls
-        )
-        if duplicate_github_status(json_list(listing), status):
-            return
-        await call.send(self.create_request(status, token), what="could not create commit status", tls=tls)
+    def is_duplicate(self, existing: Any, status: GitHubStatus) -> bool:
+        return duplicate_github_status(json_list(existing), status)
+
+    def api_tls(self) -> bool:
+        return self.repo.enterprise  # TLS material for GitHub Enterprise only
+
+    async def credential(self, call: Caller) -> str:
+        return (await self.auth.token(call)).token

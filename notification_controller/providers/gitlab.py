@@ -19,9 +19,9 @@ from ..api.provider import ProviderType
 from ..core.gojson import GoStruct
 from ..errors import ProviderConfigError
 from ..outbound import OutboundRequest
-from .base import DeliveryContext, ProviderOptions
+from .base import ProviderOptions
 from .gitcommon import (
-    Caller,
+    CommitStatusNotifier,
     commit_sha,
     commit_status_id,
     format_name_and_description,
@@ -94,7 +94,9 @@ def gitlab_token(opts: ProviderOptions) -> str:
     return token
 
 
-class GitLabNotifier:
+class GitLabNotifier(CommitStatusNotifier[GitLabStatus]):
+    list_what: ClassVar[str] = "unable to list commit status"
+    create_what: ClassVar[str] = "could not set commit status"
     type: ClassVar[ProviderType] = ProviderType.GITLAB
     uses_proxy: ClassVar[bool] = False
     uses_tls: ClassVar[bool] = True
@@ -112,21 +114,14 @@ class GitLabNotifier:
         _, description = format_name_and_description(event)
         return GitLabStatus(sha, state, description, commit_status_id(self.opts, event, commit_status))
 
-    def list_request(self, status: GitLabStatus) -> OutboundRequest:
+    def list_request(self, status: GitLabStatus, token: str = "") -> OutboundRequest:
         url = self.project.url("repository", "commits", path_segment(status.sha), "statuses")
         return OutboundRequest("GET", f"{url}?name={quote(status.name, safe='')}", gitlab_headers(self.token))
 
-    def create_request(self, status: GitLabStatus) -> OutboundRequest:
+    def create_request(self, status: GitLabStatus, token: str = "") -> OutboundRequest:
         body = go_json(GoStruct(state=status.state, name=status.name, description=status.description))
         url = self.project.url("statuses", path_segment(status.sha))
         return OutboundRequest("POST", url, gitlab_headers(self.token, body=True), body)
 
-    async def post(self, event: Event, ctx: DeliveryContext) -> None:
-        status = self.build_status(event, ctx.commit_status)
-        if status is None:
-            return
-        call = Caller(ctx, self.opts)
-        listing = await call.send_json(self.list_request(status), what="unable to list commit status")
-        if duplicate_gitlab_status(json_list(listing), status):
-            return
-        await call.send(self.create_request(status), what="could not set commit status")
+    def is_duplicate(self, existing: Any, status: GitLabStatus) -> bool:
+        return duplicate_gitlab_status(json_list(existing), status)

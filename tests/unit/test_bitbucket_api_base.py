@@ -63,7 +63,7 @@ def test_the_variable_replaces_the_api_base(monkeypatch: pytest.MonkeyPatch) -> 
     assert n.create_request(status).url == (
         f"https://bitbucket.isolated.example.com/api/2.0/repositories/team/repo/commit/{SHA}/statuses/build"
     )
-    assert n.get_request(status).url.startswith(
+    assert n.list_request(status).url.startswith(
         "https://bitbucket.isolated.example.com/api/2.0/repositories/"
     )
 

@@ -765,7 +765,7 @@ def test_bitbucket_requests() -> None:
         == hashlib.sha1(b"kustomization/podinfo/0c9c2e41", usedforsecurity=False).hexdigest()
         == sha1_hex("kustomization/podinfo/0c9c2e41")
     )
-    get = notifier.get_request(status)
+    get = notifier.list_request(status)
     assert (
         get.url
         == f"https://api.bitbucket.org/2.0/repositories/team/repo/commit/{SHA}/statuses/build/{status.key}"
@@ -810,7 +810,7 @@ def test_bitbucket_server_requests() -> None:
     status = notifier.build_status(make_event())
     assert status is not None
     assert status.name == "kustomization/podinfo [reconciliation succeeded]"
-    get = notifier.get_request(status)
+    get = notifier.list_request(status)
     assert get.url == (
         f"https://bb.example.com/context/rest/api/latest/projects/PROJ/repos/repo/commits/{SHA}/builds?key={status.key}"
     )
@@ -831,7 +831,7 @@ def test_bitbucket_server_requests() -> None:
     assert duplicate_bitbucket_server_status(existing, status)
     assert not duplicate_bitbucket_server_status({**existing, "name": "other"}, status)
     token = BitbucketServerNotifier(opts(ProviderType.BITBUCKET_SERVER, address=address, token="bbtok"))
-    assert token.get_request(status).headers["Authorization"] == "Bearer bbtok"
+    assert token.list_request(status).headers["Authorization"] == "Bearer bbtok"
     with pytest.raises(
         PermanentDeliveryError, match=r"^couldn't convert to bitbucket server state: bitbucket server"
     ):
