@@ -17,7 +17,6 @@ import contextlib
 import gc
 import logging
 import signal
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,7 +48,7 @@ from .server.metrics import create_metrics_app
 from .settings import Settings, compat_notices
 from .state import store_from_settings
 from .state.instrumented import InstrumentedStore
-from .store.base import Change, Cluster, ObjectRef, ObjectStore, secret_data
+from .store.base import Change, Cluster, ObjectStore, secret_data
 
 log = logging.getLogger(__name__)
 
@@ -59,23 +58,6 @@ def split_addr(addr: str) -> tuple[str | None, int]:
     host, _, port = addr.rpartition(":")
     host = host.strip("[]")
     return (host or None), int(port)
-
-
-class RecorderSink:
-    """The dispatcher's ``EventSink`` on the shared, spam-controlled ``EventRecorder``."""
-
-    def __init__(self, recorder: EventRecorder) -> None:
-        self.recorder = recorder
-
-    async def emit(
-        self,
-        ref: ObjectRef,
-        type_: str,
-        reason: str,
-        message: str,
-        annotations: Mapping[str, str] | None = None,
-    ) -> None:
-        await self.recorder.event(ref, type_, reason, message, annotations)
 
 
 @dataclass
@@ -117,7 +99,6 @@ class App:
             self._kube = KubeRuntime(s, self.store, self.registry)
             self.cluster = self._kube.cluster
         self.recorder = EventRecorder(self.cluster, self.clock, self.redactor)
-        self.sink = RecorderSink(self.recorder)
         self.hooks = Hooks(  # Hooks API v1 (docs/hooks.md); controller-wide hooks from --hooks-config
             self.store,
             self.cluster,
@@ -149,7 +130,7 @@ class App:
             self.store,
             self.cluster,
             self.http,
-            self.sink,
+            self.recorder,
             self.metrics,
             DispatchSettings(
                 no_cross_namespace_refs=s.events.no_cross_namespace_refs,

@@ -205,16 +205,17 @@ class PreSendStage(Protocol):
 
 
 class EventSink(Protocol):
-    """Where Kubernetes Events about our objects go (the app wires a spam-controlled recorder)."""
+    """Where Kubernetes Events about our objects go: the app's spam-controlled ``EventRecorder``
+    (``controllers/events.py``), whose ``event`` answers whether the Event was recorded."""
 
-    async def emit(
+    async def event(
         self,
         ref: ObjectRef,
         type_: str,
         reason: str,
         message: str,
         annotations: Mapping[str, str] | None = None,
-    ) -> None: ...
+    ) -> object: ...
 
 
 def describe(value: Any) -> str:

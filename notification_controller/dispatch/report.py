@@ -111,7 +111,7 @@ class Reporter:
         self, ref: ObjectRef, type_: str, reason: str, message: str, annotations: dict[str, str] | None
     ) -> None:
         try:
-            await self.sink.emit(ref, type_, reason, message, annotations)
+            await self.sink.event(ref, type_, reason, message, annotations)
         except Exception as exc:
             log.warning(
                 "could not record event %s on %s/%s: %s", reason, ref.namespace, ref.name, type(exc).__name__

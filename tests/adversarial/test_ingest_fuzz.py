@@ -51,7 +51,7 @@ from notification_controller.server.events import (
     runner_kwargs,
 )
 from notification_controller.server.receivers import ReceiverServerSettings
-from notification_controller.store.base import ObjectRef, ObjectStore
+from notification_controller.store.base import ObjectStore
 from tests.adversarial.kit import (
     SlowClient,
     any_5xx,
@@ -66,6 +66,7 @@ from tests.integration.appkit import events_url, metric, running_app
 from tests.support.capture import CaptureServer
 from tests.support.memory_cluster import MemoryCluster
 from tests.support.receiver_kit import Harness, make_receiver
+from tests.support.sinks import LogSink
 
 T = TypeVar("T")
 DURATION = "gotk_event_http_request_duration_seconds_count"
@@ -392,13 +393,6 @@ async def test_client_closing_mid_body(
 # ---- slowloris (B7) ----------------------------------------------------------------------------------
 
 
-class _NullSink:
-    async def emit(
-        self, ref: ObjectRef, type_: str, reason: str, message: str, annotations: Any = None
-    ) -> None:
-        return None
-
-
 async def _event_runner(server_settings: EventServerSettings) -> tuple[web.AppRunner, int, OutboundHTTP]:
     """The event app with no Alerts (every event is 202 and unmatched), served as ``App._serve`` does."""
     store = ObjectStore()
@@ -406,7 +400,7 @@ async def _event_runner(server_settings: EventServerSettings) -> tuple[web.AppRu
     metrics = EventMetrics(CollectorRegistry())
     http = OutboundHTTP()
     await http.start()
-    dispatcher = Dispatcher(store, MemoryCluster(), http, _NullSink(), metrics)
+    dispatcher = Dispatcher(store, MemoryCluster(), http, LogSink(), metrics)
     limiter = FixedWindowLimiter(300.0, SystemClock())
     app = create_event_app(dispatcher, limiter, metrics, ready=lambda: True, settings=server_settings)
     runner = web.AppRunner(app, **runner_kwargs(server_settings))

@@ -30,21 +30,15 @@ from notification_controller.metrics import EventMetrics
 from notification_controller.outbound import OutboundHTTP
 from notification_controller.server.events import EventServerSettings, create_event_app, runner_kwargs
 from notification_controller.settings import ServerSettings, Settings
-from notification_controller.store.base import ObjectRef, ObjectStore
+from notification_controller.store.base import ObjectStore
 from tests.adversarial.kit import event_body, samples
 from tests.support.memory_cluster import MemoryCluster
+from tests.support.sinks import LogSink
 
 DURATION = "gotk_event_http_request_duration_seconds_count"
 SIZE = "gotk_event_http_response_size_bytes_count"
 INFLIGHT = "gotk_event_http_requests_inflight"
 PATHS = 300
-
-
-class _NullSink:
-    async def emit(
-        self, ref: ObjectRef, type_: str, reason: str, message: str, annotations: object = None
-    ) -> None:
-        return None
 
 
 @pytest.fixture
@@ -56,7 +50,7 @@ async def server() -> AsyncIterator[tuple[int, CollectorRegistry]]:
     metrics = EventMetrics(registry)
     http = OutboundHTTP()
     await http.start()
-    dispatcher = Dispatcher(store, MemoryCluster(), http, _NullSink(), metrics)
+    dispatcher = Dispatcher(store, MemoryCluster(), http, LogSink(), metrics)
     limiter = FixedWindowLimiter(300.0, SystemClock())
     settings = EventServerSettings()
     app = create_event_app(

@@ -12,7 +12,7 @@ from notification_controller.store.base import ObjectRef
 class LogSink:
     events: list[tuple[ObjectRef, str, str, str]] = field(default_factory=list)
 
-    async def emit(
+    async def event(
         self,
         ref: ObjectRef,
         type_: str,
