@@ -27,14 +27,14 @@ import logging
 
 from ..api import FINALIZER
 from ..api.alert import Alert
-from ..api.common import ConditionStatus, ObjectStatus
+from ..api.common import ConditionStatus
 from ..core import conditions as cond
 from ..core.clock import Clock
 from ..core.matching import compile_error
 from ..core.redact import Redactor
 from ..hooks.reconcile import ReconcileHooks, alert_children
 from ..store.base import Cluster, Key, ObjectRef, ObjectStore
-from .base import DONE, ConditionsDraft, Reconciler, Result, StatusDraft
+from .base import DONE, Reconciler, Result, StatusDraft
 from .events import NORMAL, EventRecorder
 
 log = logging.getLogger(__name__)
@@ -115,11 +115,7 @@ class AlertReconciler(Reconciler[Alert]):
         if written is not None and self.has_finalizer(obj):
             await self.recorder.event(ObjectRef.of(obj), NORMAL, MIGRATION, MIGRATION_MESSAGE)
 
-        draft = StatusDraft(
-            ConditionsDraft(obj.status.conditions),
-            obj.status.observed_generation,
-            obj.status.last_handled_reconcile_at,
-        )
+        draft = self.status_draft(obj)
         result = DONE  # everything an Alert depends on is watched: no periodic requeue needed
         if obj.spec.suspend:
             log.info("reconciliation is suspended for this object: %s", self.describe(obj))
@@ -129,14 +125,7 @@ class AlertReconciler(Reconciler[Alert]):
             if not step.write_status:
                 return step.result or DONE
             result = step.result or result
-        draft.finish(meta.annotations, meta.generation)
-        conditions = draft.conditions.build(generation=meta.generation, now=self.clock.now())
-        desired = ObjectStatus(
-            conditions=conditions,
-            observed_generation=draft.observed_generation,
-            last_handled_reconcile_at=draft.last_handled_reconcile_at,
-        )
-        await self.write_status(obj, desired)
+        conditions = await self.commit_draft(obj, draft)
         await self.ready_transition_event(obj, obj.status.conditions, conditions, READY_MESSAGE)
         return result
 

@@ -27,7 +27,7 @@ from pydantic import BaseModel
 
 from ..api import FINALIZER, RECONCILE_REQUEST_ANNOTATION
 from ..api.alert import Alert
-from ..api.common import Condition, ConditionStatus
+from ..api.common import Condition, ConditionStatus, ObjectStatus
 from ..api.hooks import HOOKS_FINALIZER, HookCapability
 from ..api.objects import Object
 from ..api.provider import Provider
@@ -408,6 +408,32 @@ class Reconciler(abc.ABC, Generic[ObjT]):
             draft.conditions.mark_false(cond.READY, outcome.veto.reason, message)
             return HookStep(result=Result(requeue=True), warning=(outcome.veto.reason, message))
         return HookStep()
+
+    @staticmethod
+    def status_draft(obj: ObjT) -> StatusDraft:
+        """The status this reconcile starts from (every reconciler's first step)."""
+        status: Any = obj.status
+        return StatusDraft(
+            ConditionsDraft(status.conditions), status.observed_generation, status.last_handled_reconcile_at
+        )
+
+    async def commit_draft(
+        self, obj: ObjT, draft: StatusDraft, status_type: type[BaseModel] = ObjectStatus, **extra: Any
+    ) -> list[Condition]:
+        """Every reconciler's last step: finish the draft, write the status (if it changed) and return the
+        new conditions (for the Ready-transition Event). ``extra``: fields of ``status_type`` beyond
+        Flux's common three (a Receiver's ``webhookPath``)."""
+        meta = obj.metadata
+        draft.finish(meta.annotations, meta.generation)
+        conditions = draft.conditions.build(generation=meta.generation, now=self.clock.now())
+        desired = status_type(
+            conditions=conditions,
+            observed_generation=draft.observed_generation,
+            last_handled_reconcile_at=draft.last_handled_reconcile_at,
+            **extra,
+        )
+        await self.write_status(obj, desired)
+        return conditions
 
     async def write_status(self, obj: ObjT, desired: BaseModel) -> bool:
         """Patch the status only if it differs from the stored one. Returns True if a patch was sent."""

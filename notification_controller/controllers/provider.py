@@ -34,18 +34,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from ..api.common import Condition, ObjectStatus
+from ..api.common import Condition
 from ..api.provider import COMMIT_STATUS_TYPES, Provider
 from ..core import conditions as cond
-from ..core.clock import Clock
-from ..core.redact import Redactor, mask_values, secret_mask_values
+from ..core.redact import mask_values, secret_mask_values
 from ..errors import ObjectReferenceError, ProviderConfigError
-from ..hooks.reconcile import ReconcileHooks, provider_children
+from ..hooks.reconcile import provider_children
 from ..providers.options import resolve_options
 from ..providers.registry import create_notifier
-from ..store.base import Cluster, Key, ObjectStore
-from .base import DONE, ConditionsDraft, Reconciler, Result, StatusDraft
-from .events import EventRecorder
+from ..store.base import Key
+from .base import DONE, Reconciler, Result, StatusDraft
 
 log = logging.getLogger(__name__)
 
@@ -67,20 +65,8 @@ def secret_keys(provider: Provider) -> set[Key]:
 class ProviderReconciler(Reconciler[Provider]):
     kind = "Provider"
     watched_kind = "Secret"
-
-    def __init__(
-        self,
-        store: ObjectStore,
-        cluster: Cluster,
-        recorder: EventRecorder,
-        clock: Clock,
-        *,
-        redactor: Redactor | None = None,
-        hooks: ReconcileHooks | None = None,
-    ) -> None:
-        super().__init__(store, cluster, recorder, clock, redactor=redactor, hooks=hooks)
-        self.delivery_paused: Callable[[str], str | None] | None = None
-        """``namespace/name`` → why its lane is paused, or None (set by the app with a durable store)."""
+    delivery_paused: Callable[[str], str | None] | None = None
+    """``namespace/name`` → why its lane is paused, or None (set by the app with a durable store)."""
 
     # ---- watches ----------------------------------------------------------------------------------
     def references(self, obj: Provider) -> set[Key]:
@@ -97,11 +83,7 @@ class ProviderReconciler(Reconciler[Provider]):
             result, _ = await self.finalize(obj, provider_children(obj, self.store))
             return result
 
-        draft = StatusDraft(
-            ConditionsDraft(obj.status.conditions),
-            obj.status.observed_generation,
-            obj.status.last_handled_reconcile_at,
-        )
+        draft = self.status_draft(obj)
         if await self.sync_finalizers(obj, flux=True) is not None:
             result = Result(requeue=True)
         elif obj.spec.suspend:
@@ -115,14 +97,7 @@ class ProviderReconciler(Reconciler[Provider]):
                 return step.result or DONE
             result = step.result or result
 
-        draft.finish(meta.annotations, meta.generation)
-        conditions = draft.conditions.build(generation=meta.generation, now=self.clock.now())
-        desired = ObjectStatus(
-            conditions=conditions,
-            observed_generation=draft.observed_generation,
-            last_handled_reconcile_at=draft.last_handled_reconcile_at,
-        )
-        await self.write_status(obj, desired)
+        conditions = await self.commit_draft(obj, draft)
         await self.ready_transition_event(obj, obj.status.conditions, conditions, READY_MESSAGE)
         return result
 

@@ -24,15 +24,13 @@ from collections.abc import Sequence
 
 from ..api.receiver import OIDCProvider, Receiver, ReceiverSpec, ReceiverStatus
 from ..core import conditions as cond
-from ..core.clock import Clock
 from ..core.duration import format_duration
-from ..core.redact import Redactor
 from ..core.webhook import path_digest_prefix, webhook_path
-from ..hooks.reconcile import ReconcileHooks, receiver_children
+from ..hooks.reconcile import receiver_children
 from ..receivers import registry
-from ..store.base import Cluster, Key, ObjectRef, ObjectStore
-from .base import DONE, ConditionsDraft, Reconciler, Result, StatusDraft
-from .events import NORMAL, EventRecorder
+from ..store.base import Key, ObjectRef
+from .base import DONE, Reconciler, Result, StatusDraft
+from .events import NORMAL
 
 log = logging.getLogger(__name__)
 
@@ -144,18 +142,6 @@ class ReceiverReconciler(Reconciler[Receiver]):
     kind = "Receiver"
     watched_kind = "Secret"
 
-    def __init__(
-        self,
-        store: ObjectStore,
-        cluster: Cluster,
-        recorder: EventRecorder,
-        clock: Clock,
-        *,
-        redactor: Redactor | None = None,
-        hooks: ReconcileHooks | None = None,
-    ) -> None:
-        super().__init__(store, cluster, recorder, clock, redactor=redactor, hooks=hooks)
-
     # ---- watches ----------------------------------------------------------------------------------
     def references(self, obj: Receiver) -> list[Key]:
         ref = obj.spec.secret_ref
@@ -172,11 +158,7 @@ class ReceiverReconciler(Reconciler[Receiver]):
             result, _ = await self.finalize(obj, receiver_children(obj, obj.status.webhook_path))
             return result
 
-        draft = StatusDraft(
-            ConditionsDraft(obj.status.conditions),
-            obj.status.observed_generation,
-            obj.status.last_handled_reconcile_at,
-        )
+        draft = self.status_draft(obj)
         path = obj.status.webhook_path
         hook_warning: tuple[str, str] | None = None
         if await self.sync_finalizers(obj, flux=True) is not None:
@@ -191,15 +173,7 @@ class ReceiverReconciler(Reconciler[Receiver]):
                 return step.result or DONE
             result, hook_warning = step.result or result, step.warning
 
-        draft.finish(meta.annotations, meta.generation)
-        conditions = draft.conditions.build(generation=meta.generation, now=self.clock.now())
-        desired = ReceiverStatus(
-            conditions=conditions,
-            observed_generation=draft.observed_generation,
-            last_handled_reconcile_at=draft.last_handled_reconcile_at,
-            webhook_path=path,
-        )
-        await self.write_status(obj, desired)
+        conditions = await self.commit_draft(obj, draft, ReceiverStatus, webhook_path=path)
 
         if result.error is not None:
             await self.warn(obj, FAILED, result.error)
