@@ -16,7 +16,8 @@ Every reason a notification is not sent is a ``DropReason``: the value labels
 from __future__ import annotations
 
 import enum
-import uuid
+import itertools
+import os
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -128,8 +129,14 @@ class Notification:
             raise ControllerError(f"unreadable stored notification: {type(exc).__name__}: {exc}") from None
 
 
+_ID_PREFIX = os.urandom(8).hex()  # this process: 64 random bits
+_ID_COUNTER = itertools.count(1)
+
+
 def new_id() -> str:
-    return uuid.uuid4().hex
+    """A notification id unique across processes and restarts: this process's random prefix + a counter
+    (32 hex characters; a fifth of ``uuid4()``'s cost on the hot path)."""
+    return f"{_ID_PREFIX}{next(_ID_COUNTER):016x}"
 
 
 @dataclass(frozen=True, slots=True)
