@@ -68,6 +68,19 @@ class App:
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
     ports: dict[str, int] = field(default_factory=dict)
     retry: RetryPolicy | None = None  # tests shorten the 2 s·2ⁿ backoff
+    kube: Any = None  # Kubernetes mode: the runtime.KubeConnection ``create`` made (None in local mode)
+
+    @classmethod
+    async def create(cls, settings: Settings, **kwargs: Any) -> App:
+        """Build the App. In Kubernetes mode the API server is reached first, so every component is built
+        with the real ``Cluster`` (nothing forwards or waits for a connection). Raises ``KubeError``."""
+        if settings.local_mode:
+            return cls(settings, **kwargs)
+        from .runtime import KubeRuntime
+
+        registry = kwargs.pop("registry", None) or CollectorRegistry()
+        connection = await KubeRuntime.connect(settings, registry)
+        return cls(settings, registry=registry, kube=connection, **kwargs)
 
     def __post_init__(self) -> None:
         s = self.settings
@@ -96,7 +109,9 @@ class App:
         else:
             from .runtime import KubeRuntime
 
-            self._kube = KubeRuntime(s, self.store, self.registry)
+            if self.kube is None:
+                raise ConfigError("Kubernetes mode: build the App with 'await App.create(settings)'")
+            self._kube = KubeRuntime(s, self.store, self.kube)
             self.cluster = self._kube.cluster
         self.recorder = EventRecorder(self.cluster, self.clock, self.redactor)
         self.hooks = Hooks(  # Hooks API v1 (docs/hooks.md); controller-wide hooks from --hooks-config
@@ -375,7 +390,7 @@ def run(settings: Settings) -> int:
     tune_gc()
 
     async def main() -> int:
-        app = App(settings)
+        app = await App.create(settings)
         logsetup.configure(settings.log.level, settings.log.encoding, app.redactor, stream)
         for notice in compat_notices(settings):
             log.info("%s", notice)

@@ -9,7 +9,8 @@ Messages are safe to log: they never contain a secret value (see ``core.redact``
     │   ├── ManifestError            a YAML document could not be turned into an object
     │   └── ProviderConfigError      a Provider + Secret cannot produce a working notifier
     ├── ObjectReferenceError         something an object points at does not exist (Secret, Provider)
-    ├── DeliveryError                sending a notification failed
+    ├── DeliveryError                sending a notification failed: .status, .body (masked excerpt) and
+    │   │                            .failure (FailureReason) say how, so no caller parses the message
     │   ├── RetryableDeliveryError   the attempt may succeed later (5xx, 429, connection error)
     │   └── PermanentDeliveryError   retrying will not help (4xx, TLS verification, redirect refused)
     ├── VerificationError            a webhook request failed authentication/validation (→ 400/401)

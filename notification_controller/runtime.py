@@ -2,8 +2,8 @@
 
 This is composition, so it lives beside the composition root (``app.py``), not in ``kube/``: ``kube/``
 only provides the parts and never imports the controllers it would otherwise have to run.
-``KubeRuntime`` is built synchronously by the App (which needs a ``Cluster`` for its dispatcher and
-controllers at construction) and connects in ``start()``; until then ``cluster`` refuses calls.
+``KubeRuntime.connect`` reaches the API server first (``App.create``), so the App builds every component
+with the real ``Cluster``; ``start()`` then runs the informers.
 Every replica serves events and webhooks from its informer cache; only the Lease holder reconciles,
 and losing the Lease cancels the controllers at once (checklist H3) and stops the process (as Flux,
 the Deployment restarts it and it campaigns again). Leader election talks to the API server through a
@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -42,71 +41,41 @@ _VERSIONS = {"Alert": "v1beta3", "Provider": "v1beta3", "Receiver": "v1"}
 GROUP = "notification.toolkit.fluxcd.io"
 
 
-class DeferredCluster:
-    """The ``Cluster`` port, bound to a ``KubeCluster`` once the client has connected."""
+class KubeConnection:
+    """A connected client and its rest-client metrics: what ``KubeRuntime`` is built from."""
 
-    def __init__(self) -> None:
-        self.target: KubeCluster | None = None
-
-    def _get(self) -> KubeCluster:
-        if self.target is None:
-            raise KubeError("not connected to the Kubernetes API yet", status=503)
-        return self.target
-
-    async def get_metadata(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any]:
-        return await self._get().get_metadata(api_version, kind, namespace, name)
-
-    async def list_metadata(
-        self, api_version: str, kind: str, namespace: str, match_labels: Mapping[str, str]
-    ) -> list[dict[str, Any]]:
-        return await self._get().list_metadata(api_version, kind, namespace, match_labels)
-
-    async def annotate(
-        self, api_version: str, kind: str, namespace: str, name: str, annotations: Mapping[str, str]
-    ) -> None:
-        await self._get().annotate(api_version, kind, namespace, name, annotations)
-
-    async def patch_status(self, ref: ObjectRef, status: Mapping[str, Any]) -> None:
-        await self._get().patch_status(ref, status)
-
-    async def set_finalizers(self, ref: ObjectRef, finalizers: Sequence[str], resource_version: str) -> None:
-        await self._get().set_finalizers(ref, finalizers, resource_version)
-
-    async def emit_event(
-        self, ref: ObjectRef, type_: str, reason: str, message: str, annotations: Mapping[str, str] | None
-    ) -> None:
-        await self._get().emit_event(ref, type_, reason, message, annotations)
-
-    async def get_service_account(self, namespace: str, name: str) -> dict[str, Any]:
-        return await self._get().get_service_account(namespace, name)
-
-    async def create_service_account_token(
-        self, namespace: str, name: str, audiences: Sequence[str], expiration_seconds: int
-    ) -> tuple[str, float]:
-        return await self._get().create_service_account_token(namespace, name, audiences, expiration_seconds)
+    def __init__(self, client: KubeClient, rest_metrics: RestClientMetrics) -> None:
+        self.client = client
+        self.rest_metrics = rest_metrics
 
 
 class KubeRuntime:
-    def __init__(self, settings: Settings, store: ObjectStore, registry: CollectorRegistry) -> None:
+    @staticmethod
+    async def connect(settings: Settings, registry: CollectorRegistry) -> KubeConnection:
+        """Load the kubeconfig (or the in-cluster config) and connect. Raises ``KubeError``."""
+        rest_metrics = RestClientMetrics(registry)
+        s = settings.kube
+        client = await KubeClient.connect(
+            s.kubeconfig, qps=s.qps, burst=s.burst, on_request=rest_metrics.observe
+        )
+        log.info("connected to the Kubernetes API at %s", client.host)
+        return KubeConnection(client, rest_metrics)
+
+    def __init__(self, settings: Settings, store: ObjectStore, connection: KubeConnection) -> None:
         self.settings = settings
         self.store = store
-        self.registry = registry
-        self.cluster = DeferredCluster()
-        self.client: KubeClient | None = None
+        self.client: KubeClient | None = connection.client
+        self.cluster = KubeCluster(connection.client)
         self.informers: Informers | None = None
         self.elector: LeaderElector | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._invalid_tasks: set[asyncio.Task[None]] = set()
         self.lost = asyncio.Event()  # set when leadership is lost: the App exits
-        self.rest_metrics = RestClientMetrics(registry)
+        self.rest_metrics = connection.rest_metrics
 
     async def start(self) -> list[asyncio.Task[Any]]:
         s = self.settings
-        self.client = await KubeClient.connect(
-            s.kube.kubeconfig, qps=s.kube.qps, burst=s.kube.burst, on_request=self.rest_metrics.observe
-        )
-        log.info("connected to the Kubernetes API at %s", self.client.host)
-        self.cluster.target = KubeCluster(self.client)
+        assert self.client is not None
         namespace = watch_namespace(
             s.kube.watch_all_namespaces, {"RUNTIME_NAMESPACE": s.kube.runtime_namespace}
         )

@@ -22,7 +22,6 @@ import pytest
 
 from notification_controller.api.hooks import HOOKS_FINALIZER
 from notification_controller.app import App
-from notification_controller.hooks import Hooks
 from notification_controller.settings import KubeSettings, ServerSettings, Settings
 from tests.e2e.apiserver import KubeTestServer
 from tests.support.capture import CapturedRequest, CaptureServer, Reply
@@ -79,19 +78,7 @@ async def controller(kubeconfig: Path, namespace: str) -> AsyncIterator[App]:
             resync_interval=30.0,
         ),
     )
-    app = App(settings)
-    if getattr(app, "hooks", None) is None:
-        # app.py not wired for hooks yet: the wiring handed to the lead.
-        hooks = Hooks(
-            app.store,
-            app.cluster,
-            app.http,
-            registry=app.registry,
-            runtime_namespace=namespace,
-            clock=app.clock,
-        )
-        app.dispatcher.pre_send.append(hooks.pre_dispatch)
-        app.controllers.set_hooks(hooks.reconcile)
+    app = await App.create(settings)
     await app.start()
     try:
         yield app
