@@ -45,6 +45,8 @@ from .server.events import EventServerSettings, create_event_app
 from .server.events import runner_kwargs as event_runner_kwargs
 from .server.health import create_health_app
 from .server.metrics import create_metrics_app
+from .server.receivers import ReceiverServerSettings, create_receiver_app
+from .server.receivers import runner_kwargs as receiver_runner_kwargs
 from .settings import Settings, compat_notices
 from .state import store_from_settings
 from .state.instrumented import InstrumentedStore
@@ -248,9 +250,7 @@ class App:
         # Every listener gets the event server's connection limits (header/idle timeout, see server.events).
         options = event_runner_kwargs(EventServerSettings())
         if name == "receiver":
-            from .server.receivers import ReceiverServerSettings, runner_kwargs
-
-            options = runner_kwargs(ReceiverServerSettings())
+            options = receiver_runner_kwargs(ReceiverServerSettings())
         runner = web.AppRunner(app, shutdown_timeout=5.0, **options)
         await runner.setup()
         host, port = split_addr(addr)
@@ -286,18 +286,11 @@ class App:
             ),
             s.server.events_addr,
         )
-        receiver_app = self._receiver_app()
-        if receiver_app is not None:
-            await self._serve("receiver", receiver_app, s.server.receiver_addr)
+        await self._serve("receiver", self._receiver_app(), s.server.receiver_addr)
         self._serving = True
         self._tasks.extend(self._controllers())
 
-    def _receiver_app(self) -> web.Application | None:
-        try:
-            from .server.receivers import ReceiverServerSettings, create_receiver_app
-        except ImportError:
-            log.warning("receiver server not available in this build")
-            return None
+    def _receiver_app(self) -> web.Application:
         s = self.settings
         return create_receiver_app(
             self.store,

@@ -50,7 +50,6 @@ log = logging.getLogger(__name__)
 DELIVERING = "Delivering"
 DELIVERY_PAUSED = "DeliveryPaused"
 INVALID_CONFIG = "InvalidConfig"
-UNSUPPORTED_PROVIDER = "UnsupportedProvider"
 READY_MESSAGE = "Provider is ready"
 COMMIT_STATUS_VARIABLES = ("event", "alert", "provider")
 

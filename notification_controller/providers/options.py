@@ -16,6 +16,7 @@ import yaml
 
 from ..api.common import Secret
 from ..api.provider import COMMIT_STATUS_TYPES, Provider
+from ..core.conditions import SECRET_NOT_FOUND
 from ..core.redact import SecretValue
 from ..errors import ObjectReferenceError, ProviderConfigError
 from .base import ProviderOptions
@@ -28,7 +29,7 @@ def _get_secret(get: SecretGetter, namespace: str, name: str) -> Secret:
     secret = get(namespace, name)
     if secret is None:
         raise ObjectReferenceError(
-            f"failed to get secret '{namespace}/{name}': not found", reason="SecretNotFound"
+            f"failed to get secret '{namespace}/{name}': not found", reason=SECRET_NOT_FOUND
         )
     return secret
 

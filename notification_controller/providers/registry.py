@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from ..api.provider import ProviderType
+from ..core.conditions import UNSUPPORTED_PROVIDER
 from ..errors import ProviderConfigError
 from .base import Notifier, ProviderOptions
 
@@ -86,6 +87,6 @@ def create_notifier(opts: ProviderOptions) -> Notifier:
     if factory is None:
         record = TYPES.get(opts.type)
         if record is None:
-            raise ProviderConfigError(f"provider {opts.type} not supported", reason="UnsupportedProvider")
+            raise ProviderConfigError(f"provider {opts.type} not supported", reason=UNSUPPORTED_PROVIDER)
         factory = _factories[opts.type] = record.load()
     return factory(opts)

@@ -59,22 +59,6 @@ HANDLER_LABEL = "/hook/"
 DEFAULT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "CONNECT", "TRACE"})
 
-OUTCOMES = (
-    "accepted",
-    "ping",
-    "replayed",
-    "rejected_signature",
-    "bad_request",
-    "not_found",
-    "method_not_allowed",
-    "suspended",
-    "not_ready",
-    "rate_limited",
-    "too_large",
-    "patch_failed",
-    "error",
-)
-
 
 @dataclass(frozen=True)
 class ReceiverServerSettings:
