@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import abc
 import ssl
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
@@ -120,6 +120,10 @@ class HTTPNotifier(abc.ABC):
     def check_response(self, response: OutboundResponse) -> None:
         """Raise ``PermanentDeliveryError`` if a 2xx answer still means failure."""
 
+    def masks(self) -> Sequence[str]:
+        """Values to mask in error texts: the options' secrets, plus what a type derives from them."""
+        return self.opts.masks()
+
     async def post(self, event: Event, ctx: DeliveryContext) -> None:
         if not self.should_send(event):
             return
@@ -128,7 +132,7 @@ class HTTPNotifier(abc.ABC):
             timeout=self.opts.timeout,
             proxy=self.opts.proxy.reveal() if (self.opts.proxy and self.uses_proxy) else None,
             tls=self.opts.tls if self.uses_tls else None,
-            masks=self.opts.masks(),
+            masks=self.masks(),
             check=self.check_response,
         )
 

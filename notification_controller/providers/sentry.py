@@ -22,6 +22,7 @@ As in Flux, TLS settings (``certSecretRef``) are honoured and proxies are not.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar
@@ -34,7 +35,7 @@ from ..core.gojson import GoStruct, dumps
 from ..core.redact import SecretValue
 from ..errors import ProviderConfigError
 from ..outbound import OutboundRequest
-from .base import DeliveryContext, HTTPNotifier, ProviderOptions
+from .base import HTTPNotifier, ProviderOptions
 
 SENTRY_CLIENT = "notification-controller/0.1"
 SDK_INFO = GoStruct(name="notification-controller", version="0.1")
@@ -171,14 +172,6 @@ class SentryNotifier(HTTPNotifier):
         headers = {"Content-Type": "application/x-sentry-envelope", "X-Sentry-Auth": self.dsn.auth_header}
         return OutboundRequest("POST", self.dsn.envelope_url, headers, envelope(item_type, item))
 
-    async def post(self, event: Event, ctx: DeliveryContext) -> None:
-        if not self.should_send(event):
-            return
-        await ctx.http.send(
-            self.build_request(event),
-            timeout=self.opts.timeout,
-            tls=self.opts.tls,
-            # The DSN key travels in a header: mask it on its own too, not only as part of the DSN.
-            masks=[*self.opts.masks(), self.dsn.key.reveal()],
-            check=self.check_response,
-        )
+    def masks(self) -> Sequence[str]:
+        # The DSN key travels in a header: mask it on its own too, not only as part of the DSN.
+        return [*self.opts.masks(), self.dsn.key.reveal()]
