@@ -441,6 +441,8 @@ class Dispatcher:
                 return _GONE
             delivery = result
         ctx = self._context(delivery.alert, notification.commit_status)
+        if delivery.message is not None:
+            ctx = dataclasses.replace(ctx, message=delivery.message)
         try:
             if idempotency_key:
                 token = IDEMPOTENCY_KEY.set(idempotency_key)

@@ -29,6 +29,7 @@ from ..api.event import Event
 from ..api.provider import Provider
 from ..errors import ControllerError
 from ..providers.base import Notifier, ProviderOptions
+from ..providers.message import Message
 from ..store.base import ObjectRef
 
 FORMAT_VERSION = 1
@@ -171,6 +172,8 @@ class Delivery:
     provider: Provider
     options: ProviderOptions
     notifier: Notifier
+    message: Message | None = None
+    """Set by a pre-send stage (a template, a group) to replace the default ``Message.of(event)``."""
 
     @property
     def provider_type(self) -> str:

@@ -29,6 +29,7 @@ from ..core.clock import rfc3339
 from ..core.gojson import GoStruct, dumps
 from ..outbound import OutboundRequest
 from .base import HTTPNotifier, ProviderOptions, json_headers
+from .message import Message
 from .validation import require_url
 
 GO_ZERO_TIME = "0001-01-01T00:00:00Z"
@@ -92,7 +93,7 @@ class AlertmanagerNotifier(HTTPNotifier):
         super().__init__(opts)
         require_url(opts.address, what="Alertmanager URL")
 
-    def build_request(self, event: Event) -> OutboundRequest:
+    def build_request(self, event: Event, message: Message | None = None) -> OutboundRequest:
         extra: dict[str, str] = {}
         if self.opts.username and self.opts.password_text:
             pair = f"{self.opts.username}:{self.opts.password_text}".encode()

@@ -13,6 +13,7 @@ from ..api.event import Event
 from ..api.provider import Provider, ProviderType
 from ..core.redact import SecretValue
 from ..outbound import OutboundRequest, OutboundResponse
+from .message import Message
 
 if TYPE_CHECKING:
     from ..outbound import OutboundHTTP
@@ -86,6 +87,7 @@ class DeliveryContext:
     tokens: TokenCache | None = None  # owned by the dispatcher (GitHub App and cloud tokens)
     identity: WorkloadIdentity | None = None  # cloud workload identity (providers/identity.py)
     commit_status: str = ""  # git providers: this delivery's commit status id (dispatch/rules.py)
+    message: Message | None = None  # a pre-send stage's message (template, group); None: Message.of(event)
 
 
 class Notifier(Protocol):
@@ -114,8 +116,9 @@ class HTTPNotifier(abc.ABC):
         return True
 
     @abc.abstractmethod
-    def build_request(self, event: Event) -> OutboundRequest:
-        """The exact request for ``event`` (pure: no I/O)."""
+    def build_request(self, event: Event, message: Message | None = None) -> OutboundRequest:
+        """The exact request for ``event`` (pure: no I/O). Chat and incident types render ``message``
+        (``Message.of(event)`` when None); the others may ignore it."""
 
     def check_response(self, response: OutboundResponse) -> None:
         """Raise ``PermanentDeliveryError`` if a 2xx answer still means failure."""
@@ -128,7 +131,7 @@ class HTTPNotifier(abc.ABC):
         if not self.should_send(event):
             return
         await ctx.http.send(
-            self.build_request(event),
+            self.build_request(event, ctx.message),
             timeout=self.opts.timeout,
             proxy=self.opts.proxy.reveal() if (self.opts.proxy and self.uses_proxy) else None,
             tls=self.opts.tls if self.uses_tls else None,

@@ -23,6 +23,7 @@ from ..core.gojson import dumps
 from ..errors import ProviderConfigError
 from ..outbound import OutboundRequest
 from .base import HTTPNotifier, ProviderOptions
+from .message import Message
 
 DEFAULT_SITE = "https://api.datadoghq.com"
 GO_ZERO_UNIX = -62135596800
@@ -75,7 +76,7 @@ class DatadogNotifier(HTTPNotifier):
             base = f"{parts.scheme}://{parts.netloc.rsplit('@', 1)[-1]}"
         self.url = f"{base}/api/v1/events"
 
-    def build_request(self, event: Event) -> OutboundRequest:
+    def build_request(self, event: Event, message: Message | None = None) -> OutboundRequest:
         headers = {
             "Content-Type": "application/json",
             "Accept": "application/json",

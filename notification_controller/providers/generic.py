@@ -16,6 +16,7 @@ from ..errors import ProviderConfigError
 from ..lib.signing import hmac_signature
 from ..outbound import OutboundRequest
 from .base import HTTPNotifier, ProviderOptions
+from .message import Message
 from .validation import require_url
 
 
@@ -35,7 +36,7 @@ class GenericNotifier(HTTPNotifier):
         # changes, shared read-only between requests otherwise (the notifier lives as long as its options).
         self._headers: tuple[str, Mapping[str, str]] | None = None
 
-    def build_request(self, event: Event) -> OutboundRequest:
+    def build_request(self, event: Event, message: Message | None = None) -> OutboundRequest:
         component = event.reporting_controller
         cached = self._headers
         if cached is None or cached[0] != component:
@@ -52,7 +53,7 @@ class GenericHMACNotifier(HTTPNotifier):
         if not opts.token_text:
             raise ProviderConfigError("HMAC key is empty")
 
-    def build_request(self, event: Event) -> OutboundRequest:
+    def build_request(self, event: Event, message: Message | None = None) -> OutboundRequest:
         body = event.to_go_json()
         headers = generic_headers(event, self.opts)
         headers["X-Signature"] = hmac_signature(self.opts.token_text.encode(), body)

@@ -14,27 +14,25 @@ from ..api.event import SEVERITY_ERROR, Event
 from ..api.provider import ProviderType
 from ..core.gojson import GoStruct, dumps
 from ..outbound import OutboundRequest
-from .base import HTTPNotifier, ProviderOptions, json_headers, obj_name
+from .base import HTTPNotifier, ProviderOptions, json_headers
+from .message import Message
 from .validation import require_url
 
 
-def google_chat_payload(event: Event) -> GoStruct:
-    header = GoStruct(
-        title=obj_name(event), subtitle=event.reporting_controller, imageUrl=None, imageStyle=None
-    )
-    text = event.message
-    if event.severity == SEVERITY_ERROR:
-        text = f'<font color="#ff0000">{event.message}</font>'
+def google_chat_payload(event: Event, message: Message | None = None) -> GoStruct:
+    m = message or Message.of(event)
+    header = GoStruct(title=m.title, subtitle=event.reporting_controller, imageUrl=None, imageStyle=None)
+    text = m.text
+    if m.severity == SEVERITY_ERROR:
+        text = f'<font color="#ff0000">{m.text}</font>'
     sections = [GoStruct(header="", widgets=[GoStruct(textParagraph=GoStruct(text=text), keyValue=None)])]
-    if event.metadata:
+    if m.fields:
         widgets = [
             GoStruct(
                 textParagraph=None,
-                keyValue=GoStruct(
-                    topLabel=k, content=event.metadata[k], contentMultiline=False, bottomLabel=None, icon=None
-                ),
+                keyValue=GoStruct(topLabel=k, content=v, contentMultiline=False, bottomLabel=None, icon=None),
             )
-            for k in sorted(event.metadata)
+            for k, v in m.fields
         ]
         sections.append(GoStruct(header="", widgets=widgets))
     return GoStruct(cards=[GoStruct(header=header, sections=sections)])
@@ -48,5 +46,7 @@ class GoogleChatNotifier(HTTPNotifier):
         super().__init__(opts)
         require_url(opts.address, what="Google Chat hook URL")
 
-    def build_request(self, event: Event) -> OutboundRequest:
-        return OutboundRequest("POST", self.opts.address, json_headers(), dumps(google_chat_payload(event)))
+    def build_request(self, event: Event, message: Message | None = None) -> OutboundRequest:
+        return OutboundRequest(
+            "POST", self.opts.address, json_headers(), dumps(google_chat_payload(event, message))
+        )

@@ -21,6 +21,7 @@ from ..api.provider import ProviderType
 from ..core.gojson import GoStruct, dumps
 from ..outbound import OutboundRequest
 from .base import HTTPNotifier, ProviderOptions, json_headers, obj_name
+from .message import Message
 from .validation import require_url
 
 GO_ZERO_UNIX = -62135596800  # time.Time{}.Unix()
@@ -49,7 +50,7 @@ class GrafanaNotifier(HTTPNotifier):
         super().__init__(opts)
         require_url(opts.address, what="Grafana URL")
 
-    def build_request(self, event: Event) -> OutboundRequest:
+    def build_request(self, event: Event, message: Message | None = None) -> OutboundRequest:
         extra: dict[str, str] = {}
         if self.opts.token_text:
             extra["Authorization"] = f"Bearer {self.opts.token_text}"

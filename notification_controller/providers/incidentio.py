@@ -17,25 +17,28 @@ from ..api.provider import ProviderType
 from ..core.gojson import GoStruct, dumps
 from ..errors import ProviderConfigError
 from ..outbound import OutboundRequest
-from .base import HTTPNotifier, ProviderOptions, json_headers, obj_name
+from .base import HTTPNotifier, ProviderOptions, json_headers
+from .message import Message
 from .validation import require_url
 
 PROGRESSING = "Progressing"
 
 
-def incidentio_payload(event: Event) -> GoStruct:
-    metadata = dict(event.metadata)
-    metadata["severity"] = event.severity
+def incidentio_payload(event: Event, message: Message | None = None) -> GoStruct:
+    """Flux's alert; a supplied ``message`` (template, group) gives its title, text and fields."""
+    m = message or Message.of(event)
+    metadata = dict(m.fields)
+    metadata["severity"] = m.severity
     metadata["reason"] = event.reason
     if event.reporting_controller:
         metadata["reportingController"] = event.reporting_controller
     payload = GoStruct(
-        title=f"{obj_name(event)}: {event.reason}",
-        status="firing" if event.severity == SEVERITY_ERROR else "resolved",
+        title=m.title if message else f"{m.title}: {event.reason}",
+        status="firing" if m.severity == SEVERITY_ERROR else "resolved",
         deduplication_key=event.involved_object.uid,
     )
-    if event.message:
-        payload["description"] = event.message
+    if m.text:
+        payload["description"] = m.text
     payload["metadata"] = metadata
     return payload
 
@@ -52,6 +55,6 @@ class IncidentIONotifier(HTTPNotifier):
     def should_send(self, event: Event) -> bool:
         return event.reason != PROGRESSING
 
-    def build_request(self, event: Event) -> OutboundRequest:
+    def build_request(self, event: Event, message: Message | None = None) -> OutboundRequest:
         headers = json_headers({"Authorization": f"Bearer {self.opts.token_text}"})
-        return OutboundRequest("POST", self.opts.address, headers, dumps(incidentio_payload(event)))
+        return OutboundRequest("POST", self.opts.address, headers, dumps(incidentio_payload(event, message)))

@@ -13,20 +13,19 @@ from ..api.event import SEVERITY_ERROR, Event
 from ..api.provider import ProviderType
 from ..core.gojson import GoStruct, dumps
 from ..outbound import OutboundRequest
-from .base import HTTPNotifier, ProviderOptions, json_headers, obj_name
+from .base import HTTPNotifier, ProviderOptions, json_headers
+from .message import Message
 from .validation import require_url
 
 
-def lark_payload(event: Event) -> GoStruct:
-    error = event.severity == SEVERITY_ERROR
+def lark_payload(m: Message) -> GoStruct:
+    error = m.severity == SEVERITY_ERROR
     emoji, template = ("🚨", "red") if error else ("💫", "turquoise")
-    content = f"**{event.message}**\n\n" + "".join(
-        f"{k}: {event.metadata[k]}\n" for k in sorted(event.metadata)
-    )
+    content = f"**{m.text}**\n\n" + "".join(f"{k}: {v}\n" for k, v in m.fields)
     card = GoStruct(
         config=GoStruct(wide_screen_mode=True),
         header=GoStruct(
-            title=GoStruct(tag="plain_text", content=f"{emoji} {obj_name(event)}"),
+            title=GoStruct(tag="plain_text", content=f"{emoji} {m.title}"),
             template=template,
         ),
         elements=[GoStruct(tag="div", text=GoStruct(tag="lark_md", content=content))],
@@ -43,5 +42,7 @@ class LarkNotifier(HTTPNotifier):
         super().__init__(opts)
         require_url(opts.address, what="Lark hook URL")
 
-    def build_request(self, event: Event) -> OutboundRequest:
-        return OutboundRequest("POST", self.opts.address, json_headers(), dumps(lark_payload(event)))
+    def build_request(self, event: Event, message: Message | None = None) -> OutboundRequest:
+        return OutboundRequest(
+            "POST", self.opts.address, json_headers(), dumps(lark_payload(message or Message.of(event)))
+        )

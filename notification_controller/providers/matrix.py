@@ -19,7 +19,8 @@ from ..api.event import SEVERITY_ERROR, Event
 from ..api.provider import ProviderType
 from ..core.gojson import GoStruct, dumps
 from ..outbound import OutboundRequest
-from .base import HTTPNotifier, ProviderOptions, json_headers, obj_name
+from .base import HTTPNotifier, ProviderOptions, json_headers
+from .message import Message
 from .validation import require_url
 
 
@@ -27,10 +28,10 @@ def matrix_txn_id(event: Event) -> str:
     return hashlib.sha1(event.to_go_json(), usedforsecurity=False).hexdigest()
 
 
-def matrix_body(event: Event) -> str:
-    emoji = "🚨" if event.severity == SEVERITY_ERROR else "💫"
-    lines = "".join(f"- {k}: {event.metadata[k]}\n" for k in sorted(event.metadata))
-    return f"{emoji} {obj_name(event)}\n{event.message}\n{lines}"
+def matrix_body(m: Message) -> str:
+    emoji = "🚨" if m.severity == SEVERITY_ERROR else "💫"
+    lines = "".join(f"- {k}: {v}\n" for k, v in m.fields)
+    return f"{emoji} {m.title}\n{m.text}\n{lines}"
 
 
 class MatrixNotifier(HTTPNotifier):
@@ -41,11 +42,11 @@ class MatrixNotifier(HTTPNotifier):
         super().__init__(opts)
         require_url(opts.address, what="Matrix homeserver URL")
 
-    def build_request(self, event: Event) -> OutboundRequest:
+    def build_request(self, event: Event, message: Message | None = None) -> OutboundRequest:
         url = (
             f"{self.opts.address}/_matrix/client/r0/rooms/{self.opts.channel}"
             f"/send/m.room.message/{matrix_txn_id(event)}"
         )
-        payload = GoStruct(body=matrix_body(event), msgtype="m.text")
+        payload = GoStruct(body=matrix_body(message or Message.of(event)), msgtype="m.text")
         headers = json_headers({"Authorization": f"Bearer {self.opts.token_text}"})
         return OutboundRequest("PUT", url, headers, dumps(payload))

@@ -22,7 +22,8 @@ from ..api.event import SEVERITY_ERROR, Event
 from ..api.provider import ProviderType
 from ..core.gojson import GoStruct, dumps
 from ..outbound import OutboundRequest
-from .base import HTTPNotifier, ProviderOptions, json_headers, obj_name
+from .base import HTTPNotifier, ProviderOptions, json_headers
+from .message import Message
 from .validation import require_url
 
 ADAPTIVE_CARD_VERSION = "1.4"
@@ -36,16 +37,16 @@ def is_legacy_connector(address: str) -> bool:
     return host.split(":", 1)[0].endswith(LEGACY_HOST_SUFFIX)
 
 
-def message_card(event: Event) -> GoStruct:
-    name = obj_name(event)
-    facts = [GoStruct(name=k, value=event.metadata[k]) for k in sorted(event.metadata)]
+def message_card(m: Message) -> GoStruct:
+    name = m.title
+    facts = [GoStruct(name=k, value=v) for k, v in m.fields]
     return GoStruct(
         {
             "@type": "MessageCard",
             "@context": "http://schema.org/extensions",
-            "themeColor": "FF0000" if event.severity == SEVERITY_ERROR else "0076D7",
+            "themeColor": "FF0000" if m.severity == SEVERITY_ERROR else "0076D7",
             "summary": name,
-            "sections": [GoStruct(activityTitle=event.message, activitySubtitle=name, facts=facts)],
+            "sections": [GoStruct(activityTitle=m.text, activitySubtitle=name, facts=facts)],
         }
     )
 
@@ -62,17 +63,18 @@ def _text_block(
     return block
 
 
-def adaptive_card(event: Event) -> GoStruct:
+def adaptive_card(m: Message) -> GoStruct:
     facts: list[GoStruct] = []
-    if "summary" in event.metadata:
-        facts.append(GoStruct(title="summary", value=event.metadata["summary"]))
-    facts.extend(GoStruct(title=k, value=event.metadata[k]) for k in sorted(event.metadata) if k != "summary")
+    summary = m.field("summary")
+    if summary is not None:
+        facts.append(GoStruct(title="summary", value=summary))
+    facts.extend(GoStruct(title=k, value=v) for k, v in m.fields if k != "summary")
     fact_set = GoStruct(type="FactSet")
     if facts:
         fact_set["facts"] = facts
     items: list[Any] = [
-        _text_block(obj_name(event), size="large", weight="bolder", wrap=True),
-        _text_block(event.message, color="attention" if event.severity == SEVERITY_ERROR else "", wrap=True),
+        _text_block(m.title, size="large", weight="bolder", wrap=True),
+        _text_block(m.text, color="attention" if m.severity == SEVERITY_ERROR else "", wrap=True),
         fact_set,
     ]
     content = GoStruct(
@@ -96,6 +98,7 @@ class MSTeamsNotifier(HTTPNotifier):
         require_url(opts.address, what="MS Teams webhook URL")
         self.legacy = is_legacy_connector(opts.address)
 
-    def build_request(self, event: Event) -> OutboundRequest:
-        payload = message_card(event) if self.legacy else adaptive_card(event)
+    def build_request(self, event: Event, message: Message | None = None) -> OutboundRequest:
+        m = message or Message.of(event)
+        payload = message_card(m) if self.legacy else adaptive_card(m)
         return OutboundRequest("POST", self.opts.address, json_headers(), dumps(payload))

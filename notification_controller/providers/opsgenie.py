@@ -18,6 +18,7 @@ from ..core.gojson import GoStruct, dumps
 from ..errors import ProviderConfigError
 from ..outbound import OutboundRequest
 from .base import HTTPNotifier, ProviderOptions, json_headers
+from .message import Message
 from .validation import require_url
 
 
@@ -27,15 +28,16 @@ def opsgenie_alias(provider_uid: str, event: Event) -> str:
     return hashlib.sha256(key.encode("utf-8")).hexdigest()[:64]
 
 
-def opsgenie_payload(provider_uid: str, event: Event) -> GoStruct:
+def opsgenie_payload(provider_uid: str, event: Event, message: Message | None = None) -> GoStruct:
+    """Flux's alert; a supplied ``message`` (template, group) gives its title, text and fields."""
     obj = event.involved_object
-    details = dict(event.metadata)
-    details["severity"] = event.severity
-    payload = GoStruct(message=f"{obj.kind}/{obj.name}")
+    details = dict(message.fields) if message else dict(event.metadata)
+    details["severity"] = message.severity if message else event.severity
+    payload = GoStruct(message=message.title if message else f"{obj.kind}/{obj.name}")
     alias = opsgenie_alias(provider_uid, event)
     if alias:
         payload["alias"] = alias
-    payload["description"] = event.message
+    payload["description"] = message.text if message else event.message
     payload["details"] = details
     return payload
 
@@ -49,8 +51,8 @@ class OpsgenieNotifier(HTTPNotifier):
         if not opts.token_text:
             raise ProviderConfigError("empty Opsgenie apikey/token")
 
-    def build_request(self, event: Event) -> OutboundRequest:
+    def build_request(self, event: Event, message: Message | None = None) -> OutboundRequest:
         headers = json_headers({"Authorization": f"GenieKey {self.opts.token_text}"})
         return OutboundRequest(
-            "POST", self.opts.address, headers, dumps(opsgenie_payload(self.opts.uid, event))
+            "POST", self.opts.address, headers, dumps(opsgenie_payload(self.opts.uid, event, message))
         )

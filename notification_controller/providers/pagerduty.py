@@ -24,6 +24,7 @@ from ..core.redact import redact_url
 from ..outbound import Budget, OutboundRequest
 from .base import DeliveryContext, HTTPNotifier, ProviderOptions, json_headers
 from .formatting import format_name_and_description
+from .message import Message
 from .validation import require_url
 
 PROGRESSING = "Progressing"
@@ -104,7 +105,7 @@ class PagerDutyNotifier(HTTPNotifier):
             )
         return requests
 
-    def build_request(self, event: Event) -> OutboundRequest:
+    def build_request(self, event: Event, message: Message | None = None) -> OutboundRequest:
         return self.build_requests(event)[0]
 
     async def post(self, event: Event, ctx: DeliveryContext) -> None:

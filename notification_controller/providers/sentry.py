@@ -36,6 +36,7 @@ from ..core.redact import SecretValue
 from ..errors import ProviderConfigError
 from ..outbound import OutboundRequest
 from .base import HTTPNotifier, ProviderOptions
+from .message import Message
 
 SENTRY_CLIENT = "notification-controller/0.1"
 SDK_INFO = GoStruct(name="notification-controller", version="0.1")
@@ -164,7 +165,7 @@ class SentryNotifier(HTTPNotifier):
     def should_send(self, event: Event) -> bool:
         return event.severity in (SEVERITY_INFO, SEVERITY_ERROR)
 
-    def build_request(self, event: Event) -> OutboundRequest:
+    def build_request(self, event: Event, message: Message | None = None) -> OutboundRequest:
         built = sentry_item(event, environment=self.opts.channel, provider_uid=self.opts.uid)
         if built is None:
             raise ValueError(f"severity {event.severity!r} is not sent to Sentry (see should_send)")

@@ -26,14 +26,15 @@ from ..api.provider import ProviderType
 from ..core.gojson import GoStruct, dumps
 from ..errors import PermanentDeliveryError
 from ..outbound import OutboundRequest, OutboundResponse
-from .base import HTTPNotifier, ProviderOptions, first_line, json_headers, obj_name
+from .base import HTTPNotifier, ProviderOptions, first_line, json_headers
+from .message import Message
 from .validation import require_url
 
 SLACK_API_POST_MESSAGE = "https://slack.com/api/chat.postMessage"
 
 
 def slack_payload(
-    event: Event,
+    message: Message,
     *,
     channel: str,
     username: str,
@@ -41,12 +42,12 @@ def slack_payload(
     color: str,
 ) -> GoStruct:
     """Flux's ``SlackPayload`` with one attachment (``text`` omitted, ``attachments`` set)."""
-    fields = [GoStruct(title=k, value=event.metadata[k], short=False) for k in sorted(event.metadata)]
+    fields = [GoStruct(title=k, value=v, short=False) for k, v in message.fields]
     attachment = GoStruct(
         fallback=fallback,
         color=color,
-        author_name=obj_name(event),
-        text=event.message,
+        author_name=message.title,
+        text=message.text,
         mrkdwn_in=["text"],
         fields=fields,
     )
@@ -74,13 +75,14 @@ class SlackNotifier(HTTPNotifier):
         super().__init__(opts)
         require_url(opts.address, what="Slack hook URL")
 
-    def build_request(self, event: Event) -> OutboundRequest:
-        color = "danger" if event.severity == SEVERITY_ERROR else "good"
+    def build_request(self, event: Event, message: Message | None = None) -> OutboundRequest:
+        m = message or Message.of(event)
+        color = "danger" if m.severity == SEVERITY_ERROR else "good"
         payload = slack_payload(
-            event,
+            m,
             channel=self.opts.channel,
             username=self.opts.username or event.reporting_controller,
-            fallback=f"{obj_name(event)}: {first_line(event.message)}",
+            fallback=f"{m.title}: {first_line(m.text)}",
             color=color,
         )
         extra = {"Authorization": f"Bearer {self.opts.token_text}"} if self.opts.token_text else None
@@ -133,10 +135,11 @@ class DiscordNotifier(HTTPNotifier):
         require_url(opts.address, what="Discord hook URL")
         self.url = discord_url(opts.address)
 
-    def build_request(self, event: Event) -> OutboundRequest:
-        color = "danger" if event.severity == SEVERITY_ERROR else "good"
+    def build_request(self, event: Event, message: Message | None = None) -> OutboundRequest:
+        m = message or Message.of(event)
+        color = "danger" if m.severity == SEVERITY_ERROR else "good"
         payload = slack_payload(
-            event,
+            m,
             channel="",
             username=self.opts.username or event.reporting_controller,
             fallback="",
@@ -152,9 +155,10 @@ class RocketNotifier(HTTPNotifier):
         super().__init__(opts)
         require_url(opts.address, what="Rocket hook URL")
 
-    def build_request(self, event: Event) -> OutboundRequest:
-        color = "#FF0000" if event.severity == SEVERITY_ERROR else "#0076D7"
+    def build_request(self, event: Event, message: Message | None = None) -> OutboundRequest:
+        m = message or Message.of(event)
+        color = "#FF0000" if m.severity == SEVERITY_ERROR else "#0076D7"
         payload = slack_payload(
-            event, channel=self.opts.channel, username=self.opts.username, fallback="", color=color
+            m, channel=self.opts.channel, username=self.opts.username, fallback="", color=color
         )
         return OutboundRequest("POST", self.opts.address, json_headers(), dumps(payload))

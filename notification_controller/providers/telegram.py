@@ -25,6 +25,7 @@ from ..core.gojson import GoStruct, dumps
 from ..errors import ProviderConfigError
 from ..outbound import OutboundRequest
 from .base import HTTPNotifier, ProviderOptions, json_headers
+from .message import Message
 from .validation import require_url
 
 TELEGRAM_API = "https://api.telegram.org"
@@ -37,15 +38,15 @@ def escape_markdown_v2(text: str) -> str:
     return "".join("\\" + ch if ch in MARKDOWN_V2_SPECIAL else ch for ch in text)
 
 
-def telegram_text(event: Event) -> str:
-    emoji = "🚨" if event.severity == SEVERITY_ERROR else "💫"
+def telegram_text(event: Event, message: Message | None = None) -> str:
+    """Flux's text (its own ``kind/name/namespace`` heading); a supplied ``message`` gives the heading too."""
+    m = message or Message.of(event)
+    emoji = "🚨" if m.severity == SEVERITY_ERROR else "💫"
     obj = event.involved_object
-    heading = f"{emoji} {obj.kind.lower()}/{obj.name}/{obj.namespace}"
-    lines = "".join(
-        f"\\- *{escape_markdown_v2(k)}*: {escape_markdown_v2(event.metadata[k])}\n"
-        for k in sorted(event.metadata)
-    )
-    return f"*{escape_markdown_v2(heading)}*\n{escape_markdown_v2(event.message)}\n{lines}"
+    title = m.title if message else f"{obj.kind.lower()}/{obj.name}/{obj.namespace}"
+    heading = f"{emoji} {title}"
+    lines = "".join(f"\\- *{escape_markdown_v2(k)}*: {escape_markdown_v2(v)}\n" for k, v in m.fields)
+    return f"*{escape_markdown_v2(heading)}*\n{escape_markdown_v2(m.text)}\n{lines}"
 
 
 def telegram_api_base() -> str:
@@ -71,10 +72,10 @@ class TelegramNotifier(HTTPNotifier):
         self.chat_id = chat_id
         self.thread_id = thread if sep else ""
 
-    def build_request(self, event: Event) -> OutboundRequest:
+    def build_request(self, event: Event, message: Message | None = None) -> OutboundRequest:
         payload = GoStruct(chat_id=self.chat_id)
         if self.thread_id:
             payload["message_thread_id"] = self.thread_id
-        payload["text"] = telegram_text(event)
+        payload["text"] = telegram_text(event, message)
         payload["parse_mode"] = "MarkdownV2"
         return OutboundRequest("POST", self.url, json_headers(), dumps(payload))

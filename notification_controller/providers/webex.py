@@ -14,14 +14,15 @@ from ..api.event import SEVERITY_ERROR, Event
 from ..api.provider import ProviderType
 from ..core.gojson import GoStruct, dumps
 from ..outbound import OutboundRequest
-from .base import HTTPNotifier, ProviderOptions, json_headers, obj_name
+from .base import HTTPNotifier, ProviderOptions, json_headers
+from .message import Message
 from .validation import require_url
 
 
-def webex_markdown(event: Event) -> str:
-    emoji = "💣" if event.severity == SEVERITY_ERROR else "✅"
-    lines = [f"{emoji} **{obj_name(event)}**\n", f"{event.message}\n"]
-    lines.extend(f">**{k}**: {event.metadata[k]}\n" for k in sorted(event.metadata))
+def webex_markdown(m: Message) -> str:
+    emoji = "💣" if m.severity == SEVERITY_ERROR else "✅"
+    lines = [f"{emoji} **{m.title}**\n", f"{m.text}\n"]
+    lines.extend(f">**{k}**: {v}\n" for k, v in m.fields)
     return "".join(lines)
 
 
@@ -32,10 +33,10 @@ class WebexNotifier(HTTPNotifier):
         super().__init__(opts)
         require_url(opts.address, what="Webex hook URL")
 
-    def build_request(self, event: Event) -> OutboundRequest:
+    def build_request(self, event: Event, message: Message | None = None) -> OutboundRequest:
         payload = GoStruct()
         if self.opts.channel:
             payload["roomId"] = self.opts.channel
-        payload["markdown"] = webex_markdown(event)
+        payload["markdown"] = webex_markdown(message or Message.of(event))
         headers = json_headers({"Authorization": f"Bearer {self.opts.token_text}"})
         return OutboundRequest("POST", self.opts.address, headers, dumps(payload))

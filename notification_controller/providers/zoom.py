@@ -18,6 +18,7 @@ from ..core.gojson import GoStruct, dumps
 from ..errors import ProviderConfigError
 from ..outbound import OutboundRequest
 from .base import HTTPNotifier, ProviderOptions, json_headers, obj_name
+from .message import Message
 from .validation import require_url
 
 
@@ -55,6 +56,6 @@ class ZoomNotifier(HTTPNotifier):
             raise ProviderConfigError("empty Zoom verification token")
         self.url = zoom_url(opts.address)
 
-    def build_request(self, event: Event) -> OutboundRequest:
+    def build_request(self, event: Event, message: Message | None = None) -> OutboundRequest:
         headers = json_headers({"Authorization": self.opts.token_text})
         return OutboundRequest("POST", self.url, headers, dumps(zoom_payload(event)))

@@ -26,6 +26,7 @@ from ..api.provider import ProviderType
 from ..errors import ProviderConfigError
 from ..outbound import OutboundRequest
 from .base import HTTPNotifier, ProviderOptions
+from .message import Message
 from .validation import require_url
 
 MESSAGES_PATH = "/api/v1/messages"
@@ -65,7 +66,7 @@ class ZulipNotifier(HTTPNotifier):
         self.url = urlunsplit((parts.scheme, parts.netloc, MESSAGES_PATH, parts.query, ""))
         self.stream, self.topic = parse_zulip_channel(opts.channel)
 
-    def build_request(self, event: Event) -> OutboundRequest:
+    def build_request(self, event: Event, message: Message | None = None) -> OutboundRequest:
         form = {
             "content": format_markdown_post(event),
             "to": self.stream,

@@ -288,3 +288,22 @@ async def test_commit_status_notifications_reuse_the_cached_notifier(rig: Rig) -
     statuses = [r.json() for r in posts]
     assert len(statuses) == 20
     assert {s["context"] for s in statuses} == {f"kustomization/app{n}/5e0c6a1f" for n in range(20)}
+
+
+async def test_a_pre_send_stage_can_supply_the_message_every_chat_provider_renders(rig: Rig) -> None:
+    """The seam templates (issue 15) and groups (issue 14) use: Delivery.message reaches the provider."""
+    from notification_controller.providers.message import Message
+
+    class Retitle:
+        name = "retitle"
+
+        async def __call__(self, delivery: Delivery) -> Delivery | Drop:
+            return dataclasses.replace(delivery, message=Message("custom title", "custom text", "info"))
+
+    rig.store.upsert(parse_object(provider("sink", f"{rig.server.url}/slack", "slack")))
+    rig.dispatcher.pre_send.append(Retitle())
+    rig.dispatcher.submit(event())
+    assert await rig.dispatcher.wait_idle(10)
+    [req] = await rig.server.wait_for(1)
+    attachment = req.json()["attachments"][0]
+    assert (attachment["author_name"], attachment["text"]) == ("custom title", "custom text")

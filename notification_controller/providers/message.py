@@ -1,0 +1,66 @@
+"""The message model: what a chat or incident provider says about an event, apart from how it says it.
+
+Flux's providers each read the event directly; here the chat and incident providers render a ``Message``
+(title, text, severity, fields), built from the event exactly as Flux formats it (``Message.of``): same
+title (``kind/name.namespace``), same text (the event's message), same fields (the metadata, sorted by
+key). A pre-send stage can hand a different Message to the delivery (``DeliveryContext.message``): a
+template (issue 15) or a grouped notification (issue 14) then reaches every provider the same way.
+A Message is plain data and round-trips through JSON.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import orjson
+
+from ..api.event import Event
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    title: str
+    """What the notification is about: ``kind/name.namespace`` by default."""
+    text: str
+    """The body: the event's message by default."""
+    severity: str
+    """``info``, ``error`` or ``trace`` (colours, emoji, incident severities follow it)."""
+    fields: tuple[tuple[str, str], ...] = ()
+    """Name/value pairs, in display order: the event's metadata sorted by key by default."""
+
+    @classmethod
+    def of(cls, event: Event) -> Message:
+        obj = event.involved_object
+        metadata = event.metadata
+        return cls(
+            f"{obj.kind.lower()}/{obj.name}.{obj.namespace}",
+            event.message,
+            event.severity,
+            tuple((k, metadata[k]) for k in sorted(metadata)),
+        )
+
+    def field(self, name: str) -> str | None:
+        for key, value in self.fields:
+            if key == name:
+                return value
+        return None
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(
+            {
+                "title": self.title,
+                "text": self.text,
+                "severity": self.severity,
+                "fields": [list(f) for f in self.fields],
+            }
+        )
+
+    @classmethod
+    def from_json(cls, data: bytes) -> Message:
+        raw = orjson.loads(data)
+        return cls(
+            str(raw["title"]),
+            str(raw["text"]),
+            str(raw["severity"]),
+            tuple((str(k), str(v)) for k, v in raw.get("fields", ())),
+        )
