@@ -17,7 +17,6 @@ slash is tolerated. Provider and Secret keys stay exactly Flux's, so manifests r
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -29,6 +28,7 @@ from ..core.gojson import GoStruct
 from ..errors import ProviderConfigError
 from ..outbound import OutboundRequest
 from .base import ProviderOptions
+from .forges import sha1_hex
 from .gitcommon import (
     Caller,
     CommitStatusNotifier,
@@ -62,10 +62,6 @@ def bitbucket_api_base() -> str:
         ) from None
     host = parts.netloc.rpartition("@")[2]
     return f"{parts.scheme}://{host}{parts.path}".rstrip("/")
-
-
-def sha1_hex(text: str) -> str:
-    return hashlib.sha1(text.encode("utf-8", errors="surrogateescape"), usedforsecurity=False).hexdigest()
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from ..core.gojson import GoStruct
 from ..errors import PermanentDeliveryError, ProviderConfigError
 from ..outbound import OutboundRequest
 from .base import ProviderOptions
-from .bitbucket import sha1_hex
+from .forges import sha1_hex
 from .gitcommon import (
     CommitStatusNotifier,
     basic_auth,

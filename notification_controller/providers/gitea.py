@@ -18,64 +18,21 @@ from typing import Any, ClassVar
 from ..api.event import Event
 from ..api.provider import ProviderType
 from ..core.gojson import GoStruct
-from ..errors import ProviderConfigError
 from ..outbound import OutboundRequest
 from .base import ProviderOptions
+from .forges import GiteaRepo, gitea_headers, gitea_token
 from .gitcommon import (
     CommitStatusNotifier,
     commit_sha,
     commit_status_id,
     format_name_and_description,
     go_json,
-    go_quote,
     is_progressing,
     json_list,
-    parse_git_address,
     path_segment,
-    require_web_host,
     severity_state,
-    split_repo_id,
     str_field,
-    token_or_password,
 )
-
-
-@dataclass(frozen=True)
-class GiteaRepo:
-    host: str
-    owner: str
-    repo: str
-
-    @classmethod
-    def from_address(cls, address: str) -> GiteaRepo:
-        parsed = parse_git_address(address)
-        comps = split_repo_id(parsed.id, 2)
-        if comps is None:
-            raise ProviderConfigError(f"invalid repository id {go_quote(parsed.id)}")
-        require_web_host(parsed)
-        return cls(parsed.host, comps[0], comps[1])
-
-    def url(self, *parts: str) -> str:
-        return f"{self.host}/api/v1/repos/{path_segment(self.owner)}/{path_segment(self.repo)}/" + "/".join(
-            parts
-        )
-
-    def api(self, path: str) -> str:
-        return f"{self.host}/api/v1/{path}"
-
-
-def gitea_token(opts: ProviderOptions) -> str:
-    token = token_or_password(opts)
-    if not token:
-        raise ProviderConfigError("gitea token cannot be empty")
-    return token
-
-
-def gitea_headers(token: str, *, body: bool = False) -> dict[str, str]:
-    headers = {"Accept": "application/json", "Authorization": f"token {token}"}
-    if body:
-        headers["Content-Type"] = "application/json"
-    return headers
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ from ..core.gojson import GoStruct
 from ..outbound import OutboundRequest
 from .base import ProviderOptions
 from .changerequest import PR_PREFIX, ChangeRequestCommenter
+from .forges import GiteaRepo, gitea_headers, gitea_token
 from .gitcommon import Caller, go_json, str_field
-from .gitea import GiteaRepo, gitea_headers, gitea_token
 
 
 class GiteaPullRequestCommentNotifier(ChangeRequestCommenter):

@@ -17,9 +17,9 @@ from typing import Any, ClassVar
 from ..api.event import Event
 from ..api.provider import ProviderType
 from ..core.gojson import GoStruct
-from ..errors import ProviderConfigError
 from ..outbound import OutboundRequest
 from .base import ProviderOptions
+from .forges import GitHubRepo
 from .gitcommon import (
     Caller,
     CommitStatusNotifier,
@@ -29,36 +29,11 @@ from .gitcommon import (
     go_json,
     is_progressing,
     json_list,
-    parse_git_address,
     path_segment,
-    require_web_host,
     severity_state,
-    split_repo_id,
     str_field,
 )
-from .githubapp import GitHubAuth, github_api_base, github_headers
-
-
-@dataclass(frozen=True)
-class GitHubRepo:
-    """Owner, repository and the REST base URL of a GitHub repository address."""
-
-    owner: str
-    repo: str
-    api_base: str
-    enterprise: bool
-
-    @classmethod
-    def from_address(cls, address: str) -> GitHubRepo:
-        parsed = parse_git_address(address)
-        comps = split_repo_id(parsed.id, 2)
-        if comps is None:
-            raise ProviderConfigError(f"invalid repository id: '{parsed.id}'")
-        require_web_host(parsed)
-        return cls(comps[0], comps[1], github_api_base(parsed), parsed.hostname != "github.com")
-
-    def url(self, *parts: str) -> str:
-        return f"{self.api_base}repos/{path_segment(self.owner)}/{path_segment(self.repo)}/" + "/".join(parts)
+from .githubapp import GitHubAuth, github_headers
 
 
 @dataclass(frozen=True)

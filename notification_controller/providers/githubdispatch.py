@@ -15,8 +15,8 @@ from ..api.event import Event
 from ..api.provider import ProviderType
 from ..outbound import OutboundRequest
 from .base import DeliveryContext, ProviderOptions
+from .forges import GitHubRepo
 from .gitcommon import Caller
-from .github import GitHubRepo
 from .githubapp import GitHubAuth, github_headers
 
 

@@ -14,8 +14,8 @@ from ..api.provider import ProviderType
 from ..outbound import OutboundRequest
 from .base import ProviderOptions
 from .changerequest import PR_PREFIX, ChangeRequestCommenter
+from .forges import GitHubRepo
 from .gitcommon import Caller, go_json, str_field
-from .github import GitHubRepo
 from .githubapp import GitHubAuth, github_headers
 
 

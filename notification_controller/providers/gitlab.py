@@ -17,51 +17,21 @@ from urllib.parse import quote
 from ..api.event import Event
 from ..api.provider import ProviderType
 from ..core.gojson import GoStruct
-from ..errors import ProviderConfigError
 from ..outbound import OutboundRequest
 from .base import ProviderOptions
+from .forges import GitLabProject, gitlab_headers, gitlab_token
 from .gitcommon import (
     CommitStatusNotifier,
     commit_sha,
     commit_status_id,
     format_name_and_description,
     go_json,
-    go_quote,
     is_progressing,
     json_list,
-    parse_git_address,
     path_segment,
-    require_web_host,
     severity_state,
     str_field,
-    token_or_password,
 )
-
-
-@dataclass(frozen=True)
-class GitLabProject:
-    """The REST base (``.../api/v4/``) and the URL-escaped project id of a GitLab repository address."""
-
-    api_base: str
-    project_id: str
-
-    @classmethod
-    def from_address(cls, address: str) -> GitLabProject:
-        parsed = parse_git_address(address)
-        if not parsed.id or any(seg in ("", ".", "..") for seg in parsed.id.split("/")):
-            raise ProviderConfigError(f"invalid repository id {go_quote(parsed.id)}")
-        require_web_host(parsed)
-        return cls(f"{parsed.host}/api/v4/", parsed.id)
-
-    def url(self, *parts: str) -> str:
-        return f"{self.api_base}projects/{quote(self.project_id, safe='')}/" + "/".join(parts)
-
-
-def gitlab_headers(token: str, *, body: bool = False) -> dict[str, str]:
-    headers = {"Accept": "application/json", "PRIVATE-TOKEN": token}
-    if body:
-        headers["Content-Type"] = "application/json"
-    return headers
 
 
 @dataclass(frozen=True)
@@ -85,13 +55,6 @@ def duplicate_gitlab_status(statuses: list[dict[str, Any]], status: GitLabStatus
         and str_field(s, "name") == status.name
         for s in statuses
     )
-
-
-def gitlab_token(opts: ProviderOptions) -> str:
-    token = token_or_password(opts)
-    if not token:
-        raise ProviderConfigError("gitlab token cannot be empty")
-    return token
 
 
 class GitLabNotifier(CommitStatusNotifier[GitLabStatus]):

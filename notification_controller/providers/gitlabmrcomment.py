@@ -14,8 +14,8 @@ from ..core.gojson import GoStruct
 from ..outbound import OutboundRequest
 from .base import ProviderOptions
 from .changerequest import MR_PREFIX, ChangeRequestCommenter
+from .forges import GitLabProject, gitlab_headers, gitlab_token
 from .gitcommon import Caller, go_json, str_field
-from .gitlab import GitLabProject, gitlab_headers, gitlab_token
 
 
 class GitLabMergeRequestCommentNotifier(ChangeRequestCommenter):

@@ -35,17 +35,14 @@ from notification_controller.providers.azureeventhub import (
     sas_token,
 )
 from notification_controller.providers.base import ProviderOptions
-from notification_controller.providers.bitbucket import (
-    BitbucketNotifier,
-    duplicate_bitbucket_status,
-    sha1_hex,
-)
+from notification_controller.providers.bitbucket import BitbucketNotifier, duplicate_bitbucket_status
 from notification_controller.providers.bitbucketserver import (
     BitbucketServerNotifier,
     duplicate_bitbucket_server_status,
     parse_bitbucket_server_address,
 )
 from notification_controller.providers.changerequest import comment_body, comment_marker
+from notification_controller.providers.forges import sha1_hex
 from notification_controller.providers.gitcommon import (
     change_request_number,
     commit_status_id,
