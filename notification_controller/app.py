@@ -45,8 +45,6 @@ from .server.events import EventServerSettings, create_event_app
 from .server.events import runner_kwargs as event_runner_kwargs
 from .server.health import create_health_app
 from .server.metrics import create_metrics_app
-from .server.receivers import ReceiverServerSettings, create_receiver_app
-from .server.receivers import runner_kwargs as receiver_runner_kwargs
 from .settings import Settings, compat_notices
 from .state import store_from_settings
 from .state.instrumented import InstrumentedStore
@@ -250,7 +248,9 @@ class App:
         # Every listener gets the event server's connection limits (header/idle timeout, see server.events).
         options = event_runner_kwargs(EventServerSettings())
         if name == "receiver":
-            options = receiver_runner_kwargs(ReceiverServerSettings())
+            from .server.receivers import ReceiverServerSettings, runner_kwargs
+
+            options = runner_kwargs(ReceiverServerSettings())
         runner = web.AppRunner(app, shutdown_timeout=5.0, **options)
         await runner.setup()
         host, port = split_addr(addr)
@@ -291,6 +291,9 @@ class App:
         self._tasks.extend(self._controllers())
 
     def _receiver_app(self) -> web.Application:
+        # imported here: the receiver server pulls in PyJWT (OIDC), which the event path never needs
+        from .server.receivers import ReceiverServerSettings, create_receiver_app
+
         s = self.settings
         return create_receiver_app(
             self.store,

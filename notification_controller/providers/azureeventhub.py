@@ -39,7 +39,7 @@ from ..api.provider import ProviderType
 from ..errors import DeliveryError, ProviderConfigError
 from ..outbound import OutboundRequest
 from .base import DeliveryContext, ProviderOptions
-from .gitcommon import Caller, path_segment, rewrap
+from .common import Caller, path_segment, rewrap
 from .identity import AZURE_SCOPE_EVENT_HUBS, azure_access_token
 
 API_VERSION = "2014-01"

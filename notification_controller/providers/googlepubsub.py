@@ -39,7 +39,7 @@ from ..api.provider import ProviderType
 from ..errors import DeliveryError, PermanentDeliveryError, ProviderConfigError
 from ..outbound import OutboundRequest
 from .base import DeliveryContext, ProviderOptions
-from .gitcommon import Caller, go_json, path_segment, rewrap, str_field
+from .common import Caller, go_json, path_segment, rewrap, str_field
 from .identity import gcp_access_token
 from .tokens import CachedToken, TokenCache, cache_key, mint_or_cached
 from .validation import require_url

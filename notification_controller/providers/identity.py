@@ -61,7 +61,7 @@ from ..errors import (
 )
 from ..outbound import OutboundRequest
 from .base import ProviderOptions
-from .gitcommon import Caller, go_json, path_segment, rewrap, str_field
+from .common import Caller, go_json, path_segment, rewrap, str_field
 from .tokens import CachedToken, TokenCache, cache_key, mint_or_cached
 
 REASON = "workload_identity"

@@ -55,7 +55,7 @@ from ..api.provider import ProviderType
 from ..errors import PermanentDeliveryError
 from ..outbound import OutboundRequest
 from .base import DeliveryContext, ProviderOptions
-from .gitcommon import Caller, token_or_password
+from .common import Caller, token_or_password
 from .validation import require_url
 
 CONTENT_TYPE = "application/x-protobuf"

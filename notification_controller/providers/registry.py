@@ -36,22 +36,26 @@ class ProviderRecord:
 TYPES: Mapping[ProviderType, ProviderRecord] = MappingProxyType(
     {
         ProviderType.ALERTMANAGER: ProviderRecord("alertmanager", "AlertmanagerNotifier"),
-        ProviderType.AZURE_DEVOPS: ProviderRecord("azuredevops", "AzureDevOpsNotifier"),
+        ProviderType.AZURE_DEVOPS: ProviderRecord("git.azuredevops", "AzureDevOpsNotifier"),
         ProviderType.AZURE_EVENT_HUB: ProviderRecord("azureeventhub", "AzureEventHubNotifier"),
-        ProviderType.BITBUCKET: ProviderRecord("bitbucket", "BitbucketNotifier"),
-        ProviderType.BITBUCKET_SERVER: ProviderRecord("bitbucketserver", "BitbucketServerNotifier"),
+        ProviderType.BITBUCKET: ProviderRecord("git.bitbucket", "BitbucketNotifier"),
+        ProviderType.BITBUCKET_SERVER: ProviderRecord("git.bitbucketserver", "BitbucketServerNotifier"),
         ProviderType.DATADOG: ProviderRecord("datadog", "DatadogNotifier"),
         ProviderType.DISCORD: ProviderRecord("slack", "DiscordNotifier"),
         ProviderType.GENERIC: ProviderRecord("generic", "GenericNotifier"),
         ProviderType.GENERIC_HMAC: ProviderRecord("generic", "GenericHMACNotifier"),
-        ProviderType.GITEA: ProviderRecord("gitea", "GiteaNotifier"),
-        ProviderType.GITEA_PR_COMMENT: ProviderRecord("giteaprcomment", "GiteaPullRequestCommentNotifier"),
-        ProviderType.GITHUB: ProviderRecord("github", "GitHubNotifier"),
-        ProviderType.GITHUB_DISPATCH: ProviderRecord("githubdispatch", "GitHubDispatchNotifier"),
-        ProviderType.GITHUB_PR_COMMENT: ProviderRecord("githubprcomment", "GitHubPullRequestCommentNotifier"),
-        ProviderType.GITLAB: ProviderRecord("gitlab", "GitLabNotifier"),
+        ProviderType.GITEA: ProviderRecord("git.gitea", "GiteaNotifier"),
+        ProviderType.GITEA_PR_COMMENT: ProviderRecord(
+            "git.giteaprcomment", "GiteaPullRequestCommentNotifier"
+        ),
+        ProviderType.GITHUB: ProviderRecord("git.github", "GitHubNotifier"),
+        ProviderType.GITHUB_DISPATCH: ProviderRecord("git.githubdispatch", "GitHubDispatchNotifier"),
+        ProviderType.GITHUB_PR_COMMENT: ProviderRecord(
+            "git.githubprcomment", "GitHubPullRequestCommentNotifier"
+        ),
+        ProviderType.GITLAB: ProviderRecord("git.gitlab", "GitLabNotifier"),
         ProviderType.GITLAB_MR_COMMENT: ProviderRecord(
-            "gitlabmrcomment", "GitLabMergeRequestCommentNotifier"
+            "git.gitlabmrcomment", "GitLabMergeRequestCommentNotifier"
         ),
         ProviderType.GOOGLE_CHAT: ProviderRecord("googlechat", "GoogleChatNotifier"),
         ProviderType.GOOGLE_PUBSUB: ProviderRecord("googlepubsub", "GooglePubSubNotifier"),

@@ -14,7 +14,7 @@ from notification_controller.api.provider import ProviderType
 from notification_controller.core.redact import SecretValue
 from notification_controller.errors import ProviderConfigError
 from notification_controller.providers.base import ProviderOptions
-from notification_controller.providers.bitbucket import BitbucketNotifier
+from notification_controller.providers.git.bitbucket import BitbucketNotifier
 
 ENV = "BITBUCKET_API_BASE_URL"
 SHA = "5394cb7f48332b2de7c17dd8b8384bbc84b7e738"

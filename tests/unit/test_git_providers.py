@@ -27,7 +27,6 @@ from notification_controller.api.event import Event
 from notification_controller.api.provider import Provider, ProviderType
 from notification_controller.core.redact import SecretValue
 from notification_controller.errors import PermanentDeliveryError, ProviderConfigError
-from notification_controller.providers.azuredevops import AzureDevOpsNotifier, duplicate_azure_devops_status
 from notification_controller.providers.azureeventhub import (
     AzureEventHubNotifier,
     ConnectionString,
@@ -35,31 +34,35 @@ from notification_controller.providers.azureeventhub import (
     sas_token,
 )
 from notification_controller.providers.base import ProviderOptions
-from notification_controller.providers.bitbucket import BitbucketNotifier, duplicate_bitbucket_status
-from notification_controller.providers.bitbucketserver import (
-    BitbucketServerNotifier,
-    duplicate_bitbucket_server_status,
-    parse_bitbucket_server_address,
+from notification_controller.providers.common import go_quote
+from notification_controller.providers.git.azuredevops import (
+    AzureDevOpsNotifier,
+    duplicate_azure_devops_status,
 )
-from notification_controller.providers.changerequest import comment_body, comment_marker
-from notification_controller.providers.forges import sha1_hex
-from notification_controller.providers.gitcommon import (
+from notification_controller.providers.git.base import (
     change_request_number,
     commit_status_id,
     format_markdown_post,
     format_name_and_description,
-    go_quote,
     parse_git_address,
     parse_revision,
     split_camelcase,
 )
-from notification_controller.providers.gitea import GiteaNotifier, duplicate_gitea_status, gitea_state
-from notification_controller.providers.github import GitHubNotifier, GitHubStatus, duplicate_github_status
-from notification_controller.providers.githubapp import GitHubApp, GitHubAuth, github_api_base
-from notification_controller.providers.githubdispatch import GitHubDispatchNotifier
-from notification_controller.providers.githubprcomment import GitHubPullRequestCommentNotifier
-from notification_controller.providers.gitlab import GitLabNotifier, GitLabStatus, duplicate_gitlab_status
-from notification_controller.providers.gitlabmrcomment import GitLabMergeRequestCommentNotifier
+from notification_controller.providers.git.bitbucket import BitbucketNotifier, duplicate_bitbucket_status
+from notification_controller.providers.git.bitbucketserver import (
+    BitbucketServerNotifier,
+    duplicate_bitbucket_server_status,
+    parse_bitbucket_server_address,
+)
+from notification_controller.providers.git.changerequest import comment_body, comment_marker
+from notification_controller.providers.git.forges import sha1_hex
+from notification_controller.providers.git.gitea import GiteaNotifier, duplicate_gitea_status, gitea_state
+from notification_controller.providers.git.github import GitHubNotifier, GitHubStatus, duplicate_github_status
+from notification_controller.providers.git.githubapp import GitHubApp, GitHubAuth, github_api_base
+from notification_controller.providers.git.githubdispatch import GitHubDispatchNotifier
+from notification_controller.providers.git.githubprcomment import GitHubPullRequestCommentNotifier
+from notification_controller.providers.git.gitlab import GitLabNotifier, GitLabStatus, duplicate_gitlab_status
+from notification_controller.providers.git.gitlabmrcomment import GitLabMergeRequestCommentNotifier
 from notification_controller.providers.googlepubsub import GooglePubSubNotifier, ServiceAccountKey
 from notification_controller.providers.nats import NATSNotifier
 from notification_controller.providers.otel import OTELNotifier, build_trace, trace_id, trace_revision

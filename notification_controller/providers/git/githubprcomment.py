@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ..api.provider import ProviderType
-from ..outbound import OutboundRequest
-from .base import ProviderOptions
+from ...api.provider import ProviderType
+from ...outbound import OutboundRequest
+from ..base import ProviderOptions
+from ..common import Caller, go_json, str_field
 from .changerequest import PR_PREFIX, ChangeRequestCommenter
 from .forges import GitHubRepo
-from .gitcommon import Caller, go_json, str_field
 from .githubapp import GitHubAuth, github_headers
 
 

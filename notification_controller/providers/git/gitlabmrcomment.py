@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from ..api.provider import ProviderType
-from ..core.gojson import GoStruct
-from ..outbound import OutboundRequest
-from .base import ProviderOptions
+from ...api.provider import ProviderType
+from ...core.gojson import GoStruct
+from ...outbound import OutboundRequest
+from ..base import ProviderOptions
+from ..common import Caller, go_json, str_field
 from .changerequest import MR_PREFIX, ChangeRequestCommenter
 from .forges import GitLabProject, gitlab_headers, gitlab_token
-from .gitcommon import Caller, go_json, str_field
 
 
 class GitLabMergeRequestCommentNotifier(ChangeRequestCommenter):

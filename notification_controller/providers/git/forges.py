@@ -9,16 +9,10 @@ import hashlib
 from dataclasses import dataclass
 from urllib.parse import quote
 
-from ..errors import ProviderConfigError
-from .base import ProviderOptions
-from .gitcommon import (
-    go_quote,
-    parse_git_address,
-    path_segment,
-    require_web_host,
-    split_repo_id,
-    token_or_password,
-)
+from ...errors import ProviderConfigError
+from ..base import ProviderOptions
+from ..common import go_quote, path_segment, token_or_password
+from .base import parse_git_address, require_web_host, split_repo_id
 from .githubapp import github_api_base
 
 

@@ -14,25 +14,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ..api.event import Event
-from ..api.provider import ProviderType
-from ..core.gojson import GoStruct
-from ..outbound import OutboundRequest
-from .base import ProviderOptions
-from .forges import GitHubRepo
-from .gitcommon import (
-    Caller,
+from ...api.event import Event
+from ...api.provider import ProviderType
+from ...core.gojson import GoStruct
+from ...outbound import OutboundRequest
+from ..base import ProviderOptions
+from ..common import Caller, go_json, json_list, path_segment, str_field
+from .base import (
     CommitStatusNotifier,
     commit_sha,
     commit_status_id,
     format_name_and_description,
-    go_json,
     is_progressing,
-    json_list,
-    path_segment,
     severity_state,
-    str_field,
 )
+from .forges import GitHubRepo
 from .githubapp import GitHubAuth, github_headers
 
 

@@ -13,12 +13,13 @@ from __future__ import annotations
 import abc
 from typing import Any, ClassVar
 
-from ..api.event import Event
-from ..api.provider import ProviderType
-from ..errors import ProviderConfigError
-from ..outbound import OutboundRequest
-from .base import DeliveryContext, ProviderOptions
-from .gitcommon import Caller, change_request_number, format_markdown_post, json_list, str_field
+from ...api.event import Event
+from ...api.provider import ProviderType
+from ...errors import ProviderConfigError
+from ...outbound import OutboundRequest
+from ..base import DeliveryContext, ProviderOptions
+from ..common import Caller, json_list, str_field
+from .base import change_request_number, format_markdown_post
 
 PR_PREFIX = "flux-pr-comment-key"
 MR_PREFIX = "flux-mr-comment-key"

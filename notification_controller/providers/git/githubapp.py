@@ -34,12 +34,13 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
-from ..errors import PermanentDeliveryError, ProviderConfigError
-from ..outbound import OutboundRequest
-from .base import ProviderOptions
-from .gitcommon import Caller, RepoAddress, path_segment, str_field, token_or_password
-from .tokens import CachedToken, TokenCache, cache_key, mint_or_cached
-from .validation import require_url
+from ...errors import PermanentDeliveryError, ProviderConfigError
+from ...outbound import OutboundRequest
+from ..base import ProviderOptions
+from ..common import Caller, path_segment, str_field, token_or_password
+from ..tokens import CachedToken, TokenCache, cache_key, mint_or_cached
+from ..validation import require_url
+from .base import RepoAddress
 
 KEY_APP_ID = "githubAppID"
 KEY_INSTALLATION_ID = "githubAppInstallationID"

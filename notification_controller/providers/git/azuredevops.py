@@ -19,32 +19,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ..api.event import Event
-from ..api.provider import ProviderType
-from ..core.gojson import GoStruct
-from ..errors import DeliveryError, ProviderConfigError
-from ..outbound import OutboundRequest
-from .base import ProviderOptions
-from .gitcommon import (
-    Caller,
+from ...api.event import Event
+from ...api.provider import ProviderType
+from ...core.gojson import GoStruct
+from ...errors import DeliveryError, ProviderConfigError
+from ...outbound import OutboundRequest
+from ..base import ProviderOptions
+from ..common import Caller, basic_auth, go_json, go_quote, json_list, path_segment, rewrap, str_field
+from ..identity import AZURE_SCOPE_DEVOPS, azure_access_token
+from .base import (
     CommitStatusNotifier,
-    basic_auth,
     commit_sha,
     commit_status_id,
     format_name_and_description,
-    go_json,
-    go_quote,
     is_progressing,
-    json_list,
     parse_git_address,
-    path_segment,
     require_web_host,
-    rewrap,
     severity_state,
     split_repo_id,
-    str_field,
 )
-from .identity import AZURE_SCOPE_DEVOPS, azure_access_token
 
 API_VERSION = "6.0"
 GENRE = "fluxcd"

@@ -11,12 +11,12 @@ from __future__ import annotations
 import json
 from typing import ClassVar
 
-from ..api.event import Event
-from ..api.provider import ProviderType
-from ..outbound import OutboundRequest
-from .base import DeliveryContext, ProviderOptions
+from ...api.event import Event
+from ...api.provider import ProviderType
+from ...outbound import OutboundRequest
+from ..base import DeliveryContext, ProviderOptions
+from ..common import Caller
 from .forges import GitHubRepo
-from .gitcommon import Caller
 from .githubapp import GitHubAuth, github_headers
 
 

@@ -1,89 +1,33 @@
-"""Shared helpers of the git-forge providers (commit statuses, change-request comments, dispatch).
+"""What the git-forge providers share: repository addresses, revisions, states, commit-status ids, and
+``CommitStatusNotifier`` (build -> list -> dedupe -> create, once for the six forges).
 
 Reference §4.0 (``parseRevision``, ``formatNameAndDescription``, ``formatMarkdownPost``) and §4.2 (repository
-address parsing, state mapping, skip rules). Everything here is pure except ``Caller``, the thin wrapper
-that sends a forge's several requests (list, then create) through the one ``OutboundHTTP`` path under a
-single time budget (``spec.timeout`` covers the whole delivery, as Flux's context deadline does).
+address parsing, state mapping, skip rules). Everything here is pure except the notifier's ``post``.
 """
 
 from __future__ import annotations
 
 import abc
-import base64
-import json
 import re
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
-from urllib.parse import quote, urlsplit
+from urllib.parse import urlsplit
 
-from ..api.event import MD_CHANGE_REQUEST, Event
-from ..core.gojson import dumps as go_dumps
-from ..errors import (
+from ...api.event import MD_CHANGE_REQUEST, Event
+from ...errors import (
     DeliveryError,
     PermanentDeliveryError,
     ProviderConfigError,
-    RetryableDeliveryError,
 )
-from ..outbound import Budget, OutboundRequest, OutboundResponse, masked
-from .base import DeliveryContext, ProviderOptions
-from .formatting import format_name_and_description as format_name_and_description  # re-export
-from .formatting import split_camelcase as split_camelcase  # re-export
+from ...outbound import OutboundRequest
+from ..base import DeliveryContext, ProviderOptions
+from ..common import Caller, go_quote, is_not_found
+from ..formatting import format_name_and_description as format_name_and_description  # re-export
+from ..formatting import split_camelcase as split_camelcase  # re-export
 
 PROGRESSING = "Progressing"
 SEVERITY_INFO = "info"
 SEVERITY_ERROR = "error"
-
-# ----------------------------------------------------------------------------------------------------
-# Go formatting
-# ----------------------------------------------------------------------------------------------------
-
-_GO_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v"}
-
-
-def go_quote(text: str) -> str:
-    """Go's ``%q`` (``strconv.Quote``): a double-quoted string with Go escapes, printable runes kept."""
-    out = ['"']
-    for ch in text:
-        if ch in ('"', "\\"):
-            out.append("\\" + ch)
-        elif ch in _GO_ESCAPES:
-            out.append(_GO_ESCAPES[ch])
-        elif ch.isprintable() or ch == " ":
-            out.append(ch)
-        else:
-            code = ord(ch)
-            if code < 0x80:
-                out.append(f"\\x{code:02x}")
-            elif code < 0x10000:
-                out.append(f"\\u{code:04x}")
-            else:
-                out.append(f"\\U{code:08x}")
-    out.append('"')
-    return "".join(out)
-
-
-def go_json(value: Any, *, escape_html: bool = True, newline: bool = False) -> bytes:
-    """JSON as Go writes it. ``escape_html=False, newline=True`` is a ``json.Encoder`` with
-    ``SetEscapeHTML(false)`` (go-github); the defaults are ``json.Marshal`` (gitea, gitlab, bitbucket SDKs)."""
-    if escape_html:
-        body = go_dumps(value)
-    else:
-        body = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode(
-            "utf-8", errors="replace"
-        )
-    return body + b"\n" if newline else body
-
-
-def basic_auth(username: str, password: str) -> str:
-    """The value of an ``Authorization: Basic`` header (Go's ``SetBasicAuth``)."""
-    raw = f"{username}:{password}".encode("utf-8", errors="surrogateescape")
-    return "Basic " + base64.b64encode(raw).decode("ascii")
-
-
-def path_segment(text: str) -> str:
-    """Escape one URL path segment (``owner``, ``repo``, a SHA...)."""
-    return quote(text, safe="-._~!$&'()*+,;=:@")
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -227,15 +171,6 @@ def commit_status_id(opts: ProviderOptions, event: Event, commit_status: str = "
     raise PermanentDeliveryError("commit status cannot be empty", reason="invalid_config")
 
 
-def token_or_password(opts: ProviderOptions) -> str:
-    """The Secret's ``token``, else its ``password`` (GitHub, GitLab, Gitea fallback)."""
-    return opts.token_text or opts.password_text
-
-
-# ----------------------------------------------------------------------------------------------------
-# Change requests (reference §4.3)
-# ----------------------------------------------------------------------------------------------------
-
 _GO_INT = re.compile(r"^[+-]?[0-9]+$")
 
 
@@ -267,110 +202,6 @@ def change_request_number(event: Event) -> int:
         f"invalid {go_quote(MD_CHANGE_REQUEST)} metadata value {go_quote(raw)}: {cause}",
         reason="invalid_event",
     )
-
-
-# ----------------------------------------------------------------------------------------------------
-# Sending several requests under one budget
-# ----------------------------------------------------------------------------------------------------
-
-
-def rewrap(exc: DeliveryError, prefix: str) -> DeliveryError:
-    """The same error (kind, reason, failure, status, body) with ``prefix: `` in front of its message."""
-    message = f"{prefix}: {exc}"
-    reason, failure, status, body = exc.reason, exc.failure, exc.status, exc.body
-    if isinstance(exc, RetryableDeliveryError):
-        return RetryableDeliveryError(
-            message, reason=reason, failure=failure, status=status, body=body, retry_after=exc.retry_after
-        )
-    cls = PermanentDeliveryError if isinstance(exc, PermanentDeliveryError) else DeliveryError
-    return cls(message, reason=reason, failure=failure, status=status, body=body)
-
-
-def is_not_found(exc: DeliveryError) -> bool:
-    """True when the error is the answer 404."""
-    return exc.status == 404
-
-
-class Caller:
-    """Sends one delivery's requests through ``ctx.http`` within ``opts.timeout`` seconds in total.
-
-    Every failure is re-raised with a Flux-like prefix (``could not list commit statuses: ...``) and is
-    masked with the provider's secrets plus any credential minted during the delivery (``add_mask``).
-    """
-
-    def __init__(self, ctx: DeliveryContext, opts: ProviderOptions) -> None:
-        self.ctx = ctx
-        self.opts = opts
-        self._budget = Budget(opts.timeout)
-        self._masks: list[str] = list(opts.masks())
-
-    @property
-    def masks(self) -> Sequence[str]:
-        return tuple(self._masks)
-
-    def add_mask(self, *values: str) -> None:
-        self._masks.extend(v for v in values if v and len(v.strip()) >= 4)
-
-    def mask(self, text: str) -> str:
-        return masked(text, self._masks)
-
-    async def send(
-        self,
-        request: OutboundRequest,
-        *,
-        what: str,
-        proxy: bool = False,
-        tls: bool = True,
-        check: Callable[[OutboundResponse], None] | None = None,
-    ) -> OutboundResponse:
-        remaining = self._budget.remaining(what)
-        opts = self.opts
-        try:
-            return await self.ctx.http.send(
-                request,
-                timeout=remaining,
-                proxy=opts.proxy.reveal() if (proxy and opts.proxy) else None,
-                tls=opts.tls if tls else None,
-                masks=self._masks,
-                check=check,
-            )
-        except DeliveryError as exc:
-            raise rewrap(exc, what) from None
-
-    async def send_json(
-        self, request: OutboundRequest, *, what: str, proxy: bool = False, tls: bool = True
-    ) -> Any:
-        """``send`` and decode a JSON answer (an empty body is ``None``)."""
-        response = await self.send(request, what=what, proxy=proxy, tls=tls)
-        return decode_json(response, what)
-
-
-def decode_json(response: OutboundResponse, what: str) -> Any:
-    if not response.body.strip():
-        return None
-    try:
-        return json.loads(response.body)
-    except (ValueError, RecursionError):
-        raise PermanentDeliveryError(
-            f"{what}: the response is not valid JSON", reason="invalid_response"
-        ) from None
-
-
-def json_list(value: Any) -> list[dict[str, Any]]:
-    """The dict items of a JSON array (anything else counts as an empty listing)."""
-    if not isinstance(value, list):
-        return []
-    return [item for item in value if isinstance(item, dict)]
-
-
-def str_field(item: dict[str, Any], *path: str) -> str | None:
-    """A nested string field of a JSON object, or None when absent or not a string."""
-    value: Any = item
-    for key in path:
-        if not isinstance(value, dict):
-            return None
-        value = value.get(key)
-    return value if isinstance(value, str) else None
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -22,30 +22,25 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
-from ..api.event import Event
-from ..api.provider import ProviderType
-from ..core.gojson import GoStruct
-from ..errors import ProviderConfigError
-from ..outbound import OutboundRequest
-from .base import ProviderOptions
-from .forges import sha1_hex
-from .gitcommon import (
-    Caller,
+from ...api.event import Event
+from ...api.provider import ProviderType
+from ...core.gojson import GoStruct
+from ...errors import ProviderConfigError
+from ...outbound import OutboundRequest
+from ..base import ProviderOptions
+from ..common import Caller, basic_auth, go_json, go_quote, path_segment, str_field
+from ..validation import require_url
+from .base import (
     CommitStatusNotifier,
-    basic_auth,
     commit_sha,
     commit_status_id,
     format_name_and_description,
-    go_json,
-    go_quote,
     is_progressing,
     parse_git_address,
-    path_segment,
     severity_state,
     split_repo_id,
-    str_field,
 )
-from .validation import require_url
+from .forges import sha1_hex
 
 API_URL_ENV = "BITBUCKET_API_BASE_URL"
 DEFAULT_API_BASE = "https://api.bitbucket.org/2.0"

@@ -17,25 +17,21 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 from urllib.parse import quote, urlsplit, urlunsplit
 
-from ..api.event import Event
-from ..api.provider import ProviderType
-from ..core.gojson import GoStruct
-from ..errors import PermanentDeliveryError, ProviderConfigError
-from ..outbound import OutboundRequest
-from .base import ProviderOptions
-from .forges import sha1_hex
-from .gitcommon import (
+from ...api.event import Event
+from ...api.provider import ProviderType
+from ...core.gojson import GoStruct
+from ...errors import PermanentDeliveryError, ProviderConfigError
+from ...outbound import OutboundRequest
+from ..base import ProviderOptions
+from ..common import basic_auth, go_json, go_quote, path_segment, str_field
+from .base import (
     CommitStatusNotifier,
-    basic_auth,
     commit_sha,
     commit_status_id,
     format_name_and_description,
-    go_json,
-    go_quote,
     is_progressing,
-    path_segment,
-    str_field,
 )
+from .forges import sha1_hex
 
 SCM = "/scm/"
 

@@ -1,0 +1,1 @@
+"""The git forges: commit statuses, pull/merge request comments, repository dispatch (``base.py``)."""
