@@ -35,6 +35,7 @@ from .dispatch.duplicates import SharedDuplicateWindow
 from .dispatch.durable import DurableSettings
 from .dispatch.durable import RetryPolicy as DeliveryRetry
 from .dispatch.labels import LabelCache, LabelCacheSettings
+from .dispatch.noise import AfterStage, AsyncStage, NoiseControl
 from .dispatch.outbox import DurableOutbox
 from .errors import ConfigError, KubeError, StoreError
 from .hooks import Hooks, load_hooks_config
@@ -47,7 +48,9 @@ from .server.health import create_health_app
 from .server.metrics import create_metrics_app
 from .settings import Settings, compat_notices
 from .state import store_from_settings
+from .state.base import Store
 from .state.instrumented import InstrumentedStore
+from .state.memory import MemoryStore
 from .store.base import Change, Cluster, ObjectStore, secret_data
 
 log = logging.getLogger(__name__)
@@ -173,6 +176,7 @@ class App:
             ),
         )
         self._durable()
+        self._noise()
 
     def _durable(self) -> None:
         """``--store=sqlite:…|nats://…``: the outbox replaces the lanes, the duplicate and replay windows
@@ -205,6 +209,17 @@ class App:
         provider_reconciler.delivery_paused = self.outbox.paused
         self.outbox.on_paused = self._delivery_paused
         self.shared_window = SharedDuplicateWindow(self.state, s.events.rate_limit_interval, self.clock)
+
+    def _noise(self) -> None:
+        """Noise control (docs/noise-control.md): its stages after Flux's rules, its state in the durable
+        store when there is one, else in this process's memory."""
+        state: Store = self.state if self.state is not None else MemoryStore(clock=self.clock)
+        self.noise = NoiseControl(
+            state, self.store, self.clock, self.dispatcher.enqueue, warn=self.dispatcher.report.warn
+        )
+        self.dispatcher.pre_queue.extend(self.noise.pre_queue())
+        self.dispatcher.pre_send.append(AsyncStage("noise-thread", self.noise.thread))
+        self.dispatcher.post_send.append(AfterStage("noise-thread-started", self.noise.thread_started))
 
     def _delivery_paused(self, lane: str) -> None:
         namespace, _, name = lane.partition("/")
@@ -289,6 +304,7 @@ class App:
         await self._serve("receiver", self._receiver_app(), s.server.receiver_addr)
         self._serving = True
         self._tasks.extend(self._controllers())
+        self._tasks.append(asyncio.create_task(self.noise.run(), name="noise-groups"))
 
     def _receiver_app(self) -> web.Application:
         # imported here: the receiver server pulls in PyJWT (OIDC), which the event path never needs

@@ -74,6 +74,13 @@ class EventMetrics:
             ["provider_type", "reason"],
             registry=registry,
         )
+        self.suppressed = Counter(
+            "notification_suppressed_total",
+            "Matched events that did not notify because of an Alert's noise control, by reason (filter, "
+            "threshold, state, repeat, grouped).",
+            ["reason"],
+            registry=registry,
+        )
         self.delivery_duration = Histogram(
             "notification_delivery_duration_seconds",
             "Time from hand-off to the end of delivery (all attempts).",

@@ -3,7 +3,11 @@
 Beyond Flux: ``spec.inclusionList`` and ``spec.exclusionList`` are bounded (``MAX_FILTER_EXPRESSIONS``
 expressions of at most ``MAX_FILTER_EXPRESSION_LENGTH`` characters each). Every event that reaches an Alert
 is matched against them, so an unbounded list is a way for one tenant to make matching slow for everyone
-(issue 11 item 5). The bounds are in the CRD (``maxItems``/``maxLength``; Flux's CRD has none, and no Flux
+(issue 11 item 5).
+
+Beyond Flux too, all optional (an Alert without them behaves exactly as Flux's): the noise-control fields
+``filter``, ``repeatInterval``, ``threshold``, ``notifyOn``, ``groupBy``/``groupWait``/``groupInterval`` and
+``threadBy`` (docs/noise-control.md; the stages are in ``dispatch/noise.py``). The bounds are in the CRD (``maxItems``/``maxLength``; Flux's CRD has none, and no Flux
 example comes near them) and are checked by the controller as well (``AlertSpec.validation_errors``), for
 API servers or local manifests that did not apply the schema: the model itself stays lenient so that such an
 Alert reaches the reconciler and is reported ``Ready=False`` instead of vanishing.
@@ -11,12 +15,14 @@ Alert reaches the reconciler and is reported ``Ready=False`` instead of vanishin
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.config import JsonDict
 
+from ..lib.duration import DURATION_PATTERN, parse_duration
 from .common import CrossNamespaceObjectReference, LocalObjectReference, Model, ObjectMeta, ObjectStatus
 from .hooks import AlertHooks, hooks_field
 
@@ -50,6 +56,44 @@ def _filter_list(verb: str) -> Any:
     )
 
 
+MAX_FILTER_LENGTH = 4096
+"""Longest ``spec.filter`` CEL expression, in characters (the CEL environment's own limit)."""
+MAX_GROUP_BY = 8
+GROUP_BY_PATTERN = (
+    r"^(involvedObject\.(kind|namespace|name)|reason|severity|metadata\.[A-Za-z0-9_./-]{1,253})$"
+)
+_GROUP_BY_RE = re.compile(GROUP_BY_PATTERN)
+MAX_THRESHOLD_COUNT = 1000
+
+
+class NotifyOn(StrEnum):
+    ALWAYS = "Always"
+    STATE_CHANGE = "StateChange"
+
+
+class ThreadBy(StrEnum):
+    OBJECT = "object"
+    REVISION = "revision"
+
+
+_DURATION_SCHEMA: JsonDict = {"pattern": DURATION_PATTERN}
+
+
+def _duration(description: str) -> Any:
+    """A Go duration: pattern in the schema only (the controller checks it too: ``_noise_errors``)."""
+    return Field(None, description=description, json_schema_extra=_DURATION_SCHEMA)
+
+
+class Threshold(Model):
+    count: int = Field(
+        description="Notify once this many matching events arrived for the same involved object.",
+        json_schema_extra={"minimum": 1, "maximum": MAX_THRESHOLD_COUNT},
+    )
+    within: str = Field(
+        description="The window the events must arrive in, e.g. '10m'.", json_schema_extra=_DURATION_SCHEMA
+    )
+
+
 class AlertSpec(Model):
     provider_ref: LocalObjectReference
     event_severity: EventSeverity = EventSeverity.INFO
@@ -60,6 +104,63 @@ class AlertSpec(Model):
     summary: str | None = Field(None, max_length=255)
     suspend: bool = False
     hooks: AlertHooks | None = hooks_field("Alert")
+    # ---- noise control (beyond Flux; docs/noise-control.md) ----
+    filter: str | None = Field(
+        None,
+        max_length=MAX_FILTER_LENGTH,
+        description=(
+            "A CEL expression over 'event' (the Flux event) that must return true for the event to notify, "
+            "e.g. \"event.reason in ['HealthCheckFailed']\". Applied after the event sources match."
+        ),
+    )
+    repeat_interval: str | None = _duration(
+        "Send an identical notification (same object, severity, reason and message, durations ignored) at "
+        "most once per this interval, e.g. '1h'."
+    )
+    threshold: Threshold | None = Field(
+        None, description="Notify only when 'count' matching events for one object arrive 'within' a window."
+    )
+    notify_on: NotifyOn | None = Field(
+        None,
+        description=(
+            "Always (the default) or StateChange: notify only when an object's severity differs from the last "
+            "one notified for it through this Alert (the first error, and the recovery)."
+        ),
+    )
+    group_by: list[str] | None = Field(
+        None,
+        max_length=MAX_GROUP_BY,
+        description=(
+            "Group events into one notification by these fields: involvedObject.kind, involvedObject.namespace, "
+            "involvedObject.name, reason, severity, metadata.<key>. An empty list makes one group."
+        ),
+        json_schema_extra={"items": {"type": "string", "pattern": GROUP_BY_PATTERN}},
+    )
+    group_wait: str | None = _duration(
+        "How long a new group collects events before its first notification (default 30s)."
+    )
+    group_interval: str | None = _duration(
+        "How long after a group's notification the next one about new events of the group may go (default 5m)."
+    )
+    thread_by: ThreadBy | None = Field(
+        None,
+        description=(
+            "Slack Providers using chat.postMessage with a bot token: post follow-ups for the same object or "
+            "revision in the first message's thread."
+        ),
+    )
+
+    @property
+    def noisy(self) -> bool:
+        """Whether any noise-control field is set (a Flux Alert: False, and no stage does anything)."""
+        return bool(
+            self.filter
+            or self.repeat_interval
+            or self.threshold
+            or self.notify_on is NotifyOn.STATE_CHANGE
+            or self.group_by is not None
+            or self.thread_by
+        )
 
     def validation_errors(self) -> list[str]:
         """The CRD's bounds on the inclusion/exclusion lists, enforced by the controller too."""
@@ -82,6 +183,44 @@ class AlertSpec(Model):
                         f"more than the limit of {MAX_FILTER_EXPRESSION_LENGTH}"
                     )
                     break  # one per list is enough to act on
+        errors.extend(self._noise_errors())
+        return errors
+
+    def _noise_errors(self) -> list[str]:
+        """What the CRD checks on the noise-control fields, checked again (local mode has no schema)."""
+        errors: list[str] = []
+        durations = {
+            "repeatInterval": self.repeat_interval,
+            "groupWait": self.group_wait,
+            "groupInterval": self.group_interval,
+            "threshold.within": self.threshold.within if self.threshold else None,
+        }
+        for field, value in durations.items():
+            if value is None:
+                continue
+            try:
+                seconds = parse_duration(value)
+            except ValueError:
+                errors.append(f"spec.{field} {value!r} is not a duration (e.g. '30s', '5m', '1h')")
+                continue
+            if seconds <= 0 and field != "groupWait":
+                errors.append(f"spec.{field} must be longer than 0s")
+        if self.threshold is not None and not 1 <= self.threshold.count <= MAX_THRESHOLD_COUNT:
+            errors.append(f"spec.threshold.count must be between 1 and {MAX_THRESHOLD_COUNT}")
+        if self.group_by is not None:
+            if len(self.group_by) > MAX_GROUP_BY:
+                errors.append(f"spec.groupBy has {len(self.group_by)} fields, more than {MAX_GROUP_BY}")
+            for i, name in enumerate(self.group_by):
+                if not _GROUP_BY_RE.match(name):
+                    errors.append(
+                        f"spec.groupBy[{i}] is not one of involvedObject.kind, involvedObject.namespace, "
+                        "involvedObject.name, reason, severity, metadata.<key>"
+                    )
+                    break
+        elif self.group_wait or self.group_interval:
+            errors.append("spec.groupWait and spec.groupInterval need spec.groupBy")
+        if self.filter is not None and len(self.filter) > MAX_FILTER_LENGTH:
+            errors.append(f"spec.filter is longer than {MAX_FILTER_LENGTH} characters")
         return errors
 
 

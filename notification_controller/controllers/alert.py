@@ -9,6 +9,7 @@ Ready=False ValidationFailed   an inclusion/exclusion list is over its bounds (`
                                maxItems/maxLength, checked here for API servers that did not apply them;
                                the dispatcher delivers nothing for such an Alert), or an expression does
                                not compile with RE2 (terminal)
+Ready=False InvalidCELExpression  ``spec.filter`` does not compile (terminal)
 Ready=False AccessDenied       ``--no-cross-namespace-refs`` is set and an event source names another
                                namespace (terminal: such events would be refused at dispatch, §3.7)
 Ready=False ProviderNotFound   ``spec.providerRef`` names no Provider in the Alert's namespace
@@ -19,6 +20,10 @@ Ready=Unknown ProviderNotReady the Provider has not been reconciled yet (transie
 The Alert follows its Provider: a Provider change (including its status) re-enqueues the Alerts that
 reference it, through a Provider → Alerts reverse index fed by store changes. A suspended Provider is
 treated as working (suspension is deliberate; the Alert's configuration is fine).
+
+An Alert with noise-control fields also gets a ``NoiseControl`` condition (True, ``Active``) whose message
+says what takes effect, e.g. "filter; threshold 3 within 10m; state changes only; grouped by [reason]
+(wait 30s, interval 5m)": the settings are visible, never silent (docs/noise-control.md).
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from ..api.alert import Alert
 from ..api.common import ConditionStatus
 from ..core import conditions as cond
 from ..core.clock import Clock
-from ..core.matching import compile_error
+from ..core.matching import compile_error, filter_error
 from ..core.redact import Redactor
 from ..hooks.reconcile import ReconcileHooks, alert_children
 from ..store.base import Cluster, Key, ObjectRef, ObjectStore
@@ -43,6 +48,31 @@ ACCESS_DENIED = "AccessDenied"
 MIGRATION = "Migration"
 MIGRATION_MESSAGE = "removed finalizer from Alert to migrate to static Alert"
 READY_MESSAGE = "Alert is ready"
+INVALID_CEL = "InvalidCELExpression"
+NOISE_CONTROL = "NoiseControl"
+NOISE_ACTIVE = "Active"
+
+
+def noise_summary(alert: Alert) -> str:
+    """What the Alert's noise-control fields do, in one line (empty for a Flux Alert)."""
+    spec = alert.spec
+    parts: list[str] = []
+    if spec.filter:
+        parts.append("filter")
+    if spec.threshold is not None:
+        parts.append(f"threshold {spec.threshold.count} within {spec.threshold.within}")
+    if spec.notify_on == "StateChange":
+        parts.append("state changes only")
+    if spec.repeat_interval:
+        parts.append(f"repeat at most every {spec.repeat_interval}")
+    if spec.group_by is not None:
+        parts.append(
+            f"grouped by [{', '.join(spec.group_by)}] "
+            f"(wait {spec.group_wait or '30s'}, interval {spec.group_interval or '5m'})"
+        )
+    if spec.thread_by is not None:
+        parts.append(f"threads by {spec.thread_by}")
+    return "; ".join(parts)
 
 
 def regex_error(alert: Alert) -> str | None:
@@ -135,9 +165,17 @@ class AlertReconciler(Reconciler[Alert]):
         if error is not None:
             draft.mark_terminal(cond.VALIDATION_FAILED, error, generation)
             return
+        if obj.spec.filter and (error := filter_error(obj.spec.filter)) is not None:
+            draft.mark_terminal(INVALID_CEL, error, generation)
+            return
         if self.no_cross_namespace_refs and (error := cross_namespace_error(obj)) is not None:
             draft.mark_terminal(ACCESS_DENIED, error, generation)
             return
+        summary = noise_summary(obj)
+        if summary:
+            draft.conditions.mark_true(NOISE_CONTROL, NOISE_ACTIVE, summary)
+        else:
+            draft.conditions.delete(NOISE_CONTROL)
 
         draft.conditions.mark_reconciling()
         ns, name = obj.metadata.namespace, obj.spec.provider_ref.name

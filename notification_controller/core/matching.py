@@ -223,6 +223,17 @@ def _compiled_list(expressions: list[str] | None, previous: ExpressionList | Non
     return compile_list(expressions)
 
 
+def filter_error(expression: str) -> str | None:
+    """Why ``spec.filter`` does not compile (CEL over ``event`` returning a bool), or None."""
+    from .cel import CELError, OutputType, compile_expression  # the CEL engine only when a filter is used
+
+    try:
+        compile_expression(expression, variables=("event",), output=OutputType.BOOL)
+    except CELError as exc:
+        return f"invalid spec.filter CEL expression: {exc}"
+    return None
+
+
 def compile_alert(alert: Alert, previous: CompiledAlert | None = None) -> CompiledAlert:
     """Compile ``alert``; the lists of ``previous`` (the same Alert's former version) are reused if unchanged."""
     ns = alert.metadata.namespace
@@ -237,6 +248,8 @@ def compile_alert(alert: Alert, previous: CompiledAlert | None = None) -> Compil
     )
     spec: AlertSpec = alert.spec
     errors = spec.validation_errors()
+    if not errors and spec.filter and (why := filter_error(spec.filter)):
+        errors = [why]
     if errors:
         return CompiledAlert(alert, sources, _NOTHING, _NOTHING, refused="; ".join(errors))
     reusable = previous is not None and previous.refused is None

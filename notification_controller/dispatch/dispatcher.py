@@ -50,6 +50,7 @@ from .model import (
     DropReason,
     EventSink,
     Notification,
+    PostSendStage,
     PreQueueStage,
     PreSendStage,
     describe,
@@ -95,6 +96,7 @@ class Dispatcher:
         *,
         pre_queue: Sequence[PreQueueStage] = (),
         pre_send: Sequence[PreSendStage] = (),
+        post_send: Sequence[PostSendStage] = (),
         redactor: Redactor | None = None,
         tokens: TokenCache | None = None,
         labels: LabelCache | None = None,
@@ -123,6 +125,7 @@ class Dispatcher:
         )
         self.pre_queue: list[PreQueueStage] = [*self.rules, *pre_queue]
         self.pre_send: list[PreSendStage] = list(pre_send)
+        self.post_send: list[PostSendStage] = list(post_send)
         self.lanes = MemoryLanes(
             LaneSettings(max_pending=s.max_pending, concurrency=s.provider_concurrency),
             self.report,
@@ -327,6 +330,15 @@ class Dispatcher:
         for compiled in await self._match_labels(event, candidates):
             self._queue(event, compiled)
 
+    async def enqueue(self, notification: Notification) -> None:
+        """Queue a notification a stage made later (a group's): the lanes, or the outbox (``StoreError``
+        propagates: the caller tries again)."""
+        if self.outbox is None:
+            self.lanes.put(notification)
+            return
+        await self.outbox.put([notification])
+        self.report.of(notification.provider_type).notifications.inc()
+
     # ---- pre-queue ---------------------------------------------------------------------------------------
     def _queue(self, event: Event, compiled: CompiledAlert) -> None:
         outcome = self._pre_queue(Draft(event, compiled.alert))
@@ -418,7 +430,7 @@ class Dispatcher:
             message = f"failed to dispatch notification for {n.event.involved_object.describe()}: {exc}"
             self.report.warn(alert, "NotificationDispatchFailed", message)
             return Drop(DropReason.CONFIG)
-        return Delivery(n, n.event, alert, provider, options, notifier)
+        return Delivery(n, n.event, alert, provider, options, notifier, message=n.message)
 
     async def deliver(self, notification: Notification, *, idempotency_key: str = "") -> Result:
         """Resolve, run the pre-send stages and send once; count and report the outcome. Never raises
@@ -441,8 +453,8 @@ class Dispatcher:
                 return _GONE
             delivery = result
         ctx = self._context(delivery.alert, notification.commit_status)
-        if delivery.message is not None:
-            ctx = dataclasses.replace(ctx, message=delivery.message)
+        if delivery.message is not None or delivery.thread is not None:
+            ctx = dataclasses.replace(ctx, message=delivery.message, thread=delivery.thread)
         try:
             if idempotency_key:
                 token = IDEMPOTENCY_KEY.set(idempotency_key)
@@ -469,6 +481,11 @@ class Dispatcher:
             )
             return Result(Outcome.RETRY, error)
         self.report.of(ptype).delivered.inc()
+        for after in self.post_send:
+            try:
+                await after(delivery)
+            except Exception as exc:  # delivered already: the outcome stands
+                log.error("post-send stage %s failed: %s", describe(after), type(exc).__name__)
         return DELIVERED
 
     def _context(self, alert: Alert, commit_status: str) -> DeliveryContext:

@@ -29,7 +29,7 @@ from ..api.event import Event
 from ..api.provider import Provider
 from ..errors import ControllerError
 from ..providers.base import Notifier, ProviderOptions
-from ..providers.message import Message
+from ..providers.message import Message, Thread
 from ..store.base import ObjectRef
 
 FORMAT_VERSION = 1
@@ -81,6 +81,8 @@ class Notification:
     provider_type: str
     commit_status: str = ""
     attempt: int = 0
+    message: Message | None = None
+    """What a pre-queue stage chose to say instead of ``Message.of(event)`` (a group, a recovery)."""
 
     @property
     def lane(self) -> str:
@@ -106,6 +108,7 @@ class Notification:
                 "commitStatus": self.commit_status,
                 "attempt": self.attempt,
                 "event": orjson.Fragment(self.event.to_go_json()),
+                **({"message": orjson.Fragment(self.message.to_json())} if self.message is not None else {}),
             }
         )
 
@@ -125,6 +128,7 @@ class Notification:
                 provider_type=str(provider["type"]),
                 commit_status=str(raw.get("commitStatus", "")),
                 attempt=int(raw.get("attempt", 0)),
+                message=Message.from_raw(raw["message"]) if raw.get("message") is not None else None,
             )
         except (ValueError, KeyError, TypeError, AttributeError, ControllerError) as exc:
             raise ControllerError(f"unreadable stored notification: {type(exc).__name__}: {exc}") from None
@@ -149,6 +153,7 @@ class Draft:
     alert: Alert
     provider: Provider | None = None
     commit_status: str = ""
+    message: Message | None = None
 
     def notification(self) -> Notification:
         assert self.provider is not None, "the provider rule runs before the draft is queued"
@@ -159,6 +164,7 @@ class Draft:
             Ref.of(self.provider),
             str(self.provider.spec.type),
             self.commit_status,
+            message=self.message,
         )
 
 
@@ -174,6 +180,8 @@ class Delivery:
     notifier: Notifier
     message: Message | None = None
     """Set by a pre-send stage (a template, a group) to replace the default ``Message.of(event)``."""
+    thread: Thread | None = None
+    """Set by the thread stage (``threadBy``): the conversation this delivery belongs to."""
 
     @property
     def provider_type(self) -> str:
@@ -192,6 +200,7 @@ class Drop:
     message: str = ""
     warn: bool = False  # emit a Warning Kubernetes Event on the Alert
     provider_type: str = ""  # metric label when the drop happens before a Notification exists
+    suppressed: bool = False  # noise control: counted in notification_suppressed_total, logged at debug
 
 
 class PreQueueStage(Protocol):
@@ -212,6 +221,15 @@ class PreSendStage(Protocol):
     def name(self) -> str: ...
 
     async def __call__(self, delivery: Delivery, /) -> Delivery | Drop: ...
+
+
+class PostSendStage(Protocol):
+    """Runs after a successful send (e.g. remembers the thread a message started)."""
+
+    @property
+    def name(self) -> str: ...
+
+    async def __call__(self, delivery: Delivery, /) -> None: ...
 
 
 class EventSink(Protocol):

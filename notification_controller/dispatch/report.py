@@ -57,6 +57,14 @@ class Reporter:
         self.metrics.dropped.labels(provider_type=ptype, reason=reason).inc(n)
 
     def drop(self, drop: Drop, ptype: str, alert: Alert | None = None) -> None:
+        if drop.suppressed:  # noise control did its job: counted, visible at debug level
+            self.metrics.suppressed.labels(reason=drop.reason).inc()
+            if log.isEnabledFor(logging.DEBUG) and alert is not None:
+                meta = alert.metadata
+                log.debug(
+                    "suppressed (%s) by alert %s/%s: %s", drop.reason, meta.namespace, meta.name, drop.message
+                )
+            return
         self.dropped(drop.reason, ptype or drop.provider_type)
         if drop.message:
             log.info("%s", drop.message)

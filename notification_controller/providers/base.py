@@ -13,7 +13,7 @@ from ..api.event import Event
 from ..api.provider import Provider, ProviderType
 from ..core.redact import SecretValue
 from ..outbound import OutboundRequest, OutboundResponse
-from .message import Message
+from .message import Message, Thread
 
 if TYPE_CHECKING:
     from ..outbound import OutboundHTTP
@@ -88,6 +88,7 @@ class DeliveryContext:
     identity: WorkloadIdentity | None = None  # cloud workload identity (providers/identity.py)
     commit_status: str = ""  # git providers: this delivery's commit status id (dispatch/rules.py)
     message: Message | None = None  # a pre-send stage's message (template, group); None: Message.of(event)
+    thread: Thread | None = None  # spec.threadBy: the conversation to post into (chat types that thread)
 
 
 class Notifier(Protocol):
@@ -130,8 +131,12 @@ class HTTPNotifier(abc.ABC):
     async def post(self, event: Event, ctx: DeliveryContext) -> None:
         if not self.should_send(event):
             return
-        await ctx.http.send(
-            self.build_request(event, ctx.message),
+        await self.send(self.build_request(event, ctx.message), ctx)
+
+    async def send(self, request: OutboundRequest, ctx: DeliveryContext) -> OutboundResponse:
+        """One request through the outbound path with this Provider's timeout, proxy, TLS and masks."""
+        return await ctx.http.send(
+            request,
             timeout=self.opts.timeout,
             proxy=self.opts.proxy.reveal() if (self.opts.proxy and self.uses_proxy) else None,
             tls=self.opts.tls if self.uses_tls else None,

@@ -57,10 +57,28 @@ class Message:
 
     @classmethod
     def from_json(cls, data: bytes) -> Message:
-        raw = orjson.loads(data)
+        return cls.from_raw(orjson.loads(data))
+
+    @classmethod
+    def from_raw(cls, raw: dict[str, object]) -> Message:
+        """From the decoded JSON of ``to_json`` (raises ``KeyError``/``TypeError``/``ValueError``)."""
+        fields = raw.get("fields", ())
+        if not isinstance(fields, list | tuple):
+            raise TypeError("message fields must be a list")
         return cls(
             str(raw["title"]),
             str(raw["text"]),
             str(raw["severity"]),
-            tuple((str(k), str(v)) for k, v in raw.get("fields", ())),
+            tuple((str(k), str(v)) for k, v in fields),
         )
+
+
+@dataclass(slots=True)
+class Thread:
+    """The chat conversation a delivery belongs to (``spec.threadBy``). ``ts`` names the thread's first
+    message when there is one; a notifier that starts a thread sets ``started`` to the new message's id
+    (the dispatcher then remembers it in the store)."""
+
+    key: str
+    ts: str = ""
+    started: str = ""

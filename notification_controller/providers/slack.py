@@ -7,7 +7,9 @@ colours and fallback text:
 * slack: channel = ``spec.channel``, username = ``spec.username`` or the reporting controller,
   fallback ``"<objName>: <first line>"``, colours ``good``/``danger``, ``Authorization: Bearer <token>``
   when the Secret has a token. On ``https://slack.com/api/chat.postMessage`` (the Web API, which always
-  answers 200) the body must be ``{"ok": true}``.
+  answers 200) the body must be ``{"ok": true}``. Beyond Flux, with a bot token on the Web API the
+  notifier *threads* (an Alert's ``threadBy``): a delivery with a thread adds ``thread_ts`` to the payload,
+  and the first message of a thread hands its ``ts`` back (``Thread.started``).
 * discord: ``/slack`` is appended to the webhook path (Discord's Slack-compatible endpoint), channel
   ``""``, no fallback text, colours ``good``/``danger``; TLS settings are ignored, as in Flux.
 * rocket: channel and username as given (no default), colours ``#0076D7``/``#FF0000``.
@@ -26,7 +28,7 @@ from ..api.provider import ProviderType
 from ..core.gojson import GoStruct, dumps
 from ..errors import PermanentDeliveryError
 from ..outbound import OutboundRequest, OutboundResponse
-from .base import HTTPNotifier, ProviderOptions, first_line, json_headers
+from .base import DeliveryContext, HTTPNotifier, ProviderOptions, first_line, json_headers
 from .message import Message
 from .validation import require_url
 
@@ -68,14 +70,37 @@ def validate_slack_response(response: OutboundResponse) -> None:
     raise PermanentDeliveryError(f"Slack responded with error: {error}", reason="slack_error")
 
 
+def posted_ts(body: bytes) -> str:
+    """The ``ts`` of the message chat.postMessage created (empty if the answer has none)."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return ""
+    ts = data.get("ts") if isinstance(data, dict) else None
+    return ts if isinstance(ts, str) and len(ts) <= 64 else ""
+
+
 class SlackNotifier(HTTPNotifier):
     type: ClassVar[ProviderType] = ProviderType.SLACK
 
     def __init__(self, opts: ProviderOptions) -> None:
         super().__init__(opts)
         require_url(opts.address, what="Slack hook URL")
+        self.threads = opts.address == SLACK_API_POST_MESSAGE and bool(opts.token_text)
+        """Whether this Provider can reply in a thread (the Web API with a bot token)."""
 
-    def build_request(self, event: Event, message: Message | None = None) -> OutboundRequest:
+    async def post(self, event: Event, ctx: DeliveryContext) -> None:
+        thread = ctx.thread if self.threads else None
+        if thread is None:
+            await super().post(event, ctx)
+            return
+        response = await self.send(self.build_request(event, ctx.message, thread_ts=thread.ts), ctx)
+        if not thread.ts:
+            thread.started = posted_ts(response.body)
+
+    def build_request(
+        self, event: Event, message: Message | None = None, *, thread_ts: str = ""
+    ) -> OutboundRequest:
         m = message or Message.of(event)
         color = "danger" if m.severity == SEVERITY_ERROR else "good"
         payload = slack_payload(
@@ -85,6 +110,8 @@ class SlackNotifier(HTTPNotifier):
             fallback=f"{m.title}: {first_line(m.text)}",
             color=color,
         )
+        if thread_ts:
+            payload["thread_ts"] = thread_ts
         extra = {"Authorization": f"Bearer {self.opts.token_text}"} if self.opts.token_text else None
         return OutboundRequest("POST", self.opts.address, json_headers(extra), dumps(payload))
 

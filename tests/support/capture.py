@@ -299,8 +299,12 @@ class ForwardProxy:
     answers 407 unless the request carries those basic credentials.
     """
 
-    def __init__(self, require_auth: tuple[str, str] | None = None) -> None:
+    def __init__(
+        self, require_auth: tuple[str, str] | None = None, routes: dict[str, tuple[str, int]] | None = None
+    ) -> None:
         self.require_auth = require_auth
+        self.routes = routes or {}
+        """``host:port`` of a CONNECT target -> where the tunnel really goes (a fake ``slack.com:443``)."""
         self.seen: list[str] = []
         self.auth: list[str | None] = []
         self._server: asyncio.base_events.Server | None = None
@@ -370,7 +374,8 @@ class ForwardProxy:
             if method.upper() == "CONNECT":
                 self.seen.append(target)
                 host, _, port = target.rpartition(":")
-                up_reader, upstream = await asyncio.open_connection(host.strip("[]"), int(port))
+                host, port_number = self.routes.get(target, (host.strip("[]"), int(port)))
+                up_reader, upstream = await asyncio.open_connection(host, port_number)
                 self._writers.add(upstream)
                 writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
                 await writer.drain()

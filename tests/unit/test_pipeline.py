@@ -21,6 +21,7 @@ from notification_controller.dispatch.model import Delivery, Draft, Drop, DropRe
 from notification_controller.errors import ControllerError
 from notification_controller.metrics import EventMetrics
 from notification_controller.outbound import OutboundHTTP, RetryPolicy
+from notification_controller.providers.message import Message
 from notification_controller.store.base import ObjectStore
 from tests.support.capture import CaptureServer, Reply
 from tests.support.memory_cluster import MemoryCluster
@@ -120,7 +121,10 @@ def test_notification_is_plain_data_and_round_trips_through_json() -> None:
     assert Notification.from_json(raw) == n
     assert b'"message":"message 7"' in raw  # the event as Flux's wire JSON, readable in the store
     for field_ in dataclasses.fields(Notification):  # nothing live: every field is data
-        assert field_.type in ("str", "Event", "Ref", "int"), field_
+        assert field_.type in ("str", "Event", "Ref", "int", "Message | None"), field_
+    # a stage's message (a group, a recovery) travels with it
+    grouped = dataclasses.replace(n, message=Message("3 events", "a\nb", "error", (("occurrences", "3"),)))
+    assert Notification.from_json(grouped.to_json()) == grouped
     with pytest.raises(ControllerError, match="unreadable stored notification"):
         Notification.from_json(b'{"v": 99}')
     with pytest.raises(ControllerError):
