@@ -21,6 +21,7 @@ import aiohttp
 
 from tests.support.capture import CapturedRequest, CaptureServer, ForwardProxy, Reply, mint_tls
 from tests.support.controllers import ControllerProcess, FlakySink, post_event
+from tests.support.nats_server import run_nats_server
 
 MANIFESTS = """\
 apiVersion: notification.toolkit.fluxcd.io/v1beta3
@@ -230,3 +231,40 @@ async def test_slack_threads_reuse_the_first_messages_ts(tmp_path: Path) -> None
     assert all(r.headers["Authorization"] == "Bearer xoxb-canary-bot-token" for r in requests)
     assert proxy.seen == ["slack.com:443"] * len(proxy.seen)
     assert "xoxb-canary-bot-token" not in proc.log()
+
+
+async def test_two_replicas_on_nats_share_threshold_and_group_state(tmp_path: Path) -> None:
+    """One threshold count and one group across two replicas: events split between them count together
+    and are grouped into one notification, flushed once."""
+    async with run_nats_server(jetstream=True, store_dir=str(tmp_path / "js")) as nats, FlakySink() as sink:
+        (tmp_path / "m").mkdir()
+        (tmp_path / "m" / "objects.yaml").write_text(MANIFESTS.format(sink=sink.url), encoding="utf-8")
+        procs = [
+            ControllerProcess(tmp_path / "m", [f"--store={nats.url}"], log_path=tmp_path / f"replica-{i}.log")
+            for i in range(2)
+        ]
+        await asyncio.gather(*(p.start() for p in procs))
+        try:
+            a, b = procs
+            # threshold 3 within 1m: arrivals on either replica count together
+            await post(a, event("GitRepository", "repo", "error", "auth failed (1)"))
+            await post(b, event("GitRepository", "repo", "error", "auth failed (2)"))
+            await post(a, event("GitRepository", "repo", "error", "auth failed (3)"))
+            # a group fed by both replicas
+            for i in range(6):
+                await post(
+                    procs[i % 2], event("HelmRelease", f"rel{i}", "error", f"rel{i} failed", "InstallFailed")
+                )
+            async with asyncio.timeout(15):
+                while not (received(sink, "GitRepository") and received(sink, "HelmRelease")):
+                    await asyncio.sleep(0.1)
+            await asyncio.sleep(2.5)  # both flushers have had their turn: nothing else arrives
+            assert [e["metadata"]["occurrences"] for e in received(sink, "GitRepository")] == [
+                "3 within 1m0s"
+            ]
+            [group] = received(sink, "HelmRelease")
+            assert group["metadata"]["occurrences"] == "6"
+            assert sink.duplicates == 0
+        finally:
+            for p in procs:
+                await p.stop()
