@@ -107,7 +107,7 @@ class AlertSpec(Model):
     # ---- noise control (beyond Flux; docs/noise-control.md) ----
     filter: str | None = Field(
         None,
-        max_length=MAX_FILTER_LENGTH,
+        json_schema_extra={"maxLength": MAX_FILTER_LENGTH},
         description=(
             "A CEL expression over 'event' (the Flux event) that must return true for the event to notify, "
             "e.g. \"event.reason in ['HealthCheckFailed']\". Applied after the event sources match."
@@ -129,12 +129,14 @@ class AlertSpec(Model):
     )
     group_by: list[str] | None = Field(
         None,
-        max_length=MAX_GROUP_BY,
         description=(
             "Group events into one notification by these fields: involvedObject.kind, involvedObject.namespace, "
             "involvedObject.name, reason, severity, metadata.<key>. An empty list makes one group."
         ),
-        json_schema_extra={"items": {"type": "string", "pattern": GROUP_BY_PATTERN}},
+        json_schema_extra={
+            "maxItems": MAX_GROUP_BY,
+            "items": {"type": "string", "pattern": GROUP_BY_PATTERN},
+        },
     )
     group_wait: str | None = _duration(
         "How long a new group collects events before its first notification (default 30s)."

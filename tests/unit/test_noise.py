@@ -392,3 +392,46 @@ async def test_a_store_outage_lets_notifications_through(rig: Rig) -> None:
     for spec in specs:
         assert reasons([await rig.run(alert(**spec), event())]) == ["sent"], spec
     assert rig.noise.store_errors == 4
+
+
+async def test_threshold_and_state_change_feed_a_group(rig: Rig) -> None:
+    """threshold → state change → group: only the threshold's firing, state-changing events are grouped."""
+    a = alert(threshold={"count": 2, "within": "10m"}, notifyOn="StateChange", groupBy=[], groupWait="10s")
+    rig.objects.upsert(a)
+    err = {name: event(name, "error", f"{name} down", "HealthCheckFailed") for name in ("a", "b", "c")}
+    results = await rig.sent(a, [(0, err["a"]), (1, err["b"]), (1, err["a"]), (1, err["b"]), (1, err["c"])])
+    assert reasons(results) == ["threshold", "threshold", "grouped", "grouped", "threshold"]
+    rig.clock.advance(10)
+    assert await rig.noise.flush_due() == 1
+    [group] = rig.queued
+    assert group.event.metadata[OCCURRENCES] == "2" and group.message is not None
+    assert group.message.title == "2 events from 2 objects"
+    # the same failures again: the threshold fires, the state change holds them back, nothing is grouped
+    again = await rig.sent(a, [(1, err["a"]), (1, err["a"])])
+    assert reasons(again) == ["threshold", "state"]
+
+
+def test_the_controller_checks_what_the_crd_checks() -> None:
+    """Local mode has no schema: the Alert's own validation refuses what the CRD would (Ready=False)."""
+    bad = alert(
+        repeatInterval="1 hour",
+        threshold={"count": 0, "within": "0s"},
+        groupBy=["involvedObject.uid"],
+        filter="x" * 5000,
+    ).spec.validation_errors()
+    assert bad == [
+        "spec.repeatInterval '1 hour' is not a duration (e.g. '30s', '5m', '1h')",
+        "spec.threshold.within must be longer than 0s",
+        "spec.threshold.count must be between 1 and 1000",
+        "spec.groupBy[0] is not one of involvedObject.kind, involvedObject.namespace, involvedObject.name, "
+        "reason, severity, metadata.<key>",
+        "spec.filter is longer than 4096 characters",
+    ]
+    assert alert(groupWait="10s").spec.validation_errors() == [
+        "spec.groupWait and spec.groupInterval need spec.groupBy"
+    ]
+    assert (
+        alert(**{"groupBy": ["reason", "metadata.revision"], "groupWait": "0s"}).spec.validation_errors()
+        == []
+    )
+    assert not alert().spec.noisy and alert(notifyOn="Always").spec.noisy is False
