@@ -37,6 +37,7 @@ from .dispatch.durable import RetryPolicy as DeliveryRetry
 from .dispatch.labels import LabelCache, LabelCacheSettings
 from .dispatch.noise import AfterStage, AsyncStage, NoiseControl
 from .dispatch.outbox import DurableOutbox
+from .dispatch.templates import TemplateStage
 from .errors import ConfigError, KubeError, StoreError
 from .hooks import Hooks, load_hooks_config
 from .metrics import DeliveryMetrics, EventMetrics
@@ -176,6 +177,13 @@ class App:
             ),
         )
         self._durable()
+        template_errors = self.metrics.template_errors
+        # templates after the pre-dispatch hooks: a hook's changes reach the template (docs/templates.md)
+        self.dispatcher.pre_send.append(
+            TemplateStage(
+                lambda which: template_errors.labels(template=which).inc(), self.dispatcher.report.warn
+            )
+        )
         self._noise()
 
     def _durable(self) -> None:

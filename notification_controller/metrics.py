@@ -81,6 +81,13 @@ class EventMetrics:
             ["reason"],
             registry=registry,
         )
+        self.template_errors = Counter(
+            "notification_template_errors_total",
+            "Templates that failed to render at send time (the default was sent), by template (title, message, "
+            "body).",
+            ["template"],
+            registry=registry,
+        )
         self.delivery_duration = Histogram(
             "notification_delivery_duration_seconds",
             "Time from hand-off to the end of delivery (all attempts).",

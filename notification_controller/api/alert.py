@@ -94,6 +94,19 @@ class Threshold(Model):
     )
 
 
+class MessageTemplate(Model):
+    title: str | None = Field(
+        None,
+        description="A Jinja2 template for the notification's title (default: kind/name.namespace).",
+        json_schema_extra={"maxLength": 8192},
+    )
+    message: str | None = Field(
+        None,
+        description="A Jinja2 template for the notification's text (default: the event's message).",
+        json_schema_extra={"maxLength": 8192},
+    )
+
+
 class AlertSpec(Model):
     provider_ref: LocalObjectReference
     event_severity: EventSeverity = EventSeverity.INFO
@@ -104,6 +117,13 @@ class AlertSpec(Model):
     summary: str | None = Field(None, max_length=255)
     suspend: bool = False
     hooks: AlertHooks | None = hooks_field("Alert")
+    template: MessageTemplate | None = Field(
+        None,
+        description=(
+            "Beyond Flux: Jinja2 templates for the title and the text every chat and incident provider sends, "
+            "with the variables event, alert, provider (and events, count for a group); docs/templates.md."
+        ),
+    )
     # ---- noise control (beyond Flux; docs/noise-control.md) ----
     filter: str | None = Field(
         None,

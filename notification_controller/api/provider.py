@@ -103,6 +103,14 @@ class ProviderSpec(Model):
     suspend: bool = False
     commit_status_expr: str | None = None
     hooks: ProviderHooks | None = hooks_field("Provider")
+    body_template: str | None = Field(
+        None,
+        description=(
+            "generic and generic-hmac only (beyond Flux): a Jinja2 template rendering the whole JSON request "
+            "body, with the variables event, alert and provider (docs/templates.md)."
+        ),
+        json_schema_extra={"maxLength": 8192},
+    )
 
     def timeout_seconds(self) -> float:
         return parse_duration(self.timeout) if self.timeout else DEFAULT_TIMEOUT_SECONDS
@@ -112,6 +120,8 @@ class ProviderSpec(Model):
         errors: list[str] = []
         if self.commit_status_expr is not None and self.type not in COMMIT_STATUS_TYPES:
             errors.append(COMMIT_STATUS_EXPR_MESSAGE)
+        if self.body_template is not None and self.type not in GENERIC_TYPES:
+            errors.append("spec.bodyTemplate is only supported for the 'generic' and 'generic-hmac' types")
         return errors
 
 

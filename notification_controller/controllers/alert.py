@@ -10,6 +10,7 @@ Ready=False ValidationFailed   an inclusion/exclusion list is over its bounds (`
                                the dispatcher delivers nothing for such an Alert), or an expression does
                                not compile with RE2 (terminal)
 Ready=False InvalidCELExpression  ``spec.filter`` does not compile (terminal)
+Ready=False InvalidTemplate    ``spec.template.title``/``message`` does not compile (terminal; line named)
 Ready=False AccessDenied       ``--no-cross-namespace-refs`` is set and an event source names another
                                namespace (terminal: such events would be refused at dispatch, §3.7)
 Ready=False ProviderNotFound   ``spec.providerRef`` names no Provider in the Alert's namespace
@@ -49,6 +50,22 @@ MIGRATION = "Migration"
 MIGRATION_MESSAGE = "removed finalizer from Alert to migrate to static Alert"
 READY_MESSAGE = "Alert is ready"
 INVALID_CEL = "InvalidCELExpression"
+INVALID_TEMPLATE = "InvalidTemplate"
+
+
+def alert_template_error(alert: Alert) -> str | None:
+    """Why ``spec.template`` does not compile (the field and the line), or None."""
+    template = alert.spec.template
+    if template is None:
+        return None
+    from ..core.templates import template_error  # Jinja2 on first use
+
+    for field, source in (("title", template.title), ("message", template.message)):
+        if (why := template_error(source)) is not None:
+            return f"spec.template.{field}: {why}"
+    return None
+
+
 NOISE_CONTROL = "NoiseControl"
 NOISE_ACTIVE = "Active"
 
@@ -167,6 +184,9 @@ class AlertReconciler(Reconciler[Alert]):
             return
         if obj.spec.filter and (error := filter_error(obj.spec.filter)) is not None:
             draft.mark_terminal(INVALID_CEL, error, generation)
+            return
+        if (error := alert_template_error(obj)) is not None:
+            draft.mark_terminal(INVALID_TEMPLATE, error, generation)
             return
         if self.no_cross_namespace_refs and (error := cross_namespace_error(obj)) is not None:
             draft.mark_terminal(ACCESS_DENIED, error, generation)

@@ -47,6 +47,8 @@ from .base import DONE, Reconciler, Result, StatusDraft
 
 log = logging.getLogger(__name__)
 
+INVALID_TEMPLATE = "InvalidTemplate"
+
 DELIVERING = "Delivering"
 DELIVERY_PAUSED = "DeliveryPaused"
 INVALID_CONFIG = "InvalidConfig"
@@ -105,6 +107,11 @@ class ProviderReconciler(Reconciler[Provider]):
         errors = spec.validation_errors()
         if errors:
             return self._terminal(obj, draft, cond.VALIDATION_FAILED, "; ".join(errors), generation)
+        if spec.body_template:
+            from ..core.templates import template_error  # Jinja2 on first use
+
+            if (why := template_error(spec.body_template)) is not None:
+                return self._terminal(obj, draft, INVALID_TEMPLATE, f"spec.bodyTemplate: {why}", generation)
         if spec.commit_status_expr is not None and spec.type in COMMIT_STATUS_TYPES:
             from ..core.cel import CELCompileError, OutputType, compile_expression  # on first use (issue 17)
 

@@ -453,8 +453,10 @@ class Dispatcher:
                 return _GONE
             delivery = result
         ctx = self._context(delivery.alert, notification.commit_status)
-        if delivery.message is not None or delivery.thread is not None:
-            ctx = dataclasses.replace(ctx, message=delivery.message, thread=delivery.thread)
+        if delivery.message is not None or delivery.thread is not None or delivery.body is not None:
+            ctx = dataclasses.replace(
+                ctx, message=delivery.message, thread=delivery.thread, body=delivery.body
+            )
         try:
             if idempotency_key:
                 token = IDEMPOTENCY_KEY.set(idempotency_key)

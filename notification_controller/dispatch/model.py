@@ -83,6 +83,8 @@ class Notification:
     attempt: int = 0
     message: Message | None = None
     """What a pre-queue stage chose to say instead of ``Message.of(event)`` (a group, a recovery)."""
+    group: tuple[tuple[str, str, str], ...] = ()
+    """A grouped notification's quoted events: (object, severity, message); templates see them."""
 
     @property
     def lane(self) -> str:
@@ -109,6 +111,7 @@ class Notification:
                 "attempt": self.attempt,
                 "event": orjson.Fragment(self.event.to_go_json()),
                 **({"message": orjson.Fragment(self.message.to_json())} if self.message is not None else {}),
+                **({"group": [list(g) for g in self.group]} if self.group else {}),
             }
         )
 
@@ -129,6 +132,7 @@ class Notification:
                 commit_status=str(raw.get("commitStatus", "")),
                 attempt=int(raw.get("attempt", 0)),
                 message=Message.from_raw(raw["message"]) if raw.get("message") is not None else None,
+                group=tuple((str(o), str(s), str(m)) for o, s, m in raw.get("group", ())),
             )
         except (ValueError, KeyError, TypeError, AttributeError, ControllerError) as exc:
             raise ControllerError(f"unreadable stored notification: {type(exc).__name__}: {exc}") from None
@@ -182,6 +186,8 @@ class Delivery:
     """Set by a pre-send stage (a template, a group) to replace the default ``Message.of(event)``."""
     thread: Thread | None = None
     """Set by the thread stage (``threadBy``): the conversation this delivery belongs to."""
+    body: bytes | None = None
+    """Set by the template stage (a Provider's ``bodyTemplate``): the whole request body."""
 
     @property
     def provider_type(self) -> str:

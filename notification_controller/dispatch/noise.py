@@ -365,7 +365,11 @@ class NoiseControl:
             (*((k, v) for k, v in group.labels if v), (OCCURRENCES, str(group.count))),
         )
         notification = dataclasses.replace(
-            template, id=f"group-{key.rsplit('/', 1)[-1]}-{group.seq}", event=event, message=message
+            template,
+            id=f"group-{key.rsplit('/', 1)[-1]}-{group.seq}",
+            event=event,
+            message=message,
+            group=group.samples,
         )
         # sent first, then marked: a replica that loses the compare-and-set sent the same id (stored once)
         await self.enqueue(notification)

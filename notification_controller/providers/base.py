@@ -89,6 +89,7 @@ class DeliveryContext:
     commit_status: str = ""  # git providers: this delivery's commit status id (dispatch/rules.py)
     message: Message | None = None  # a pre-send stage's message (template, group); None: Message.of(event)
     thread: Thread | None = None  # spec.threadBy: the conversation to post into (chat types that thread)
+    body: bytes | None = None  # a Provider's bodyTemplate, rendered (generic types)
 
 
 class Notifier(Protocol):

@@ -15,7 +15,7 @@ from ..api.provider import ProviderType
 from ..errors import ProviderConfigError
 from ..lib.signing import hmac_signature
 from ..outbound import OutboundRequest
-from .base import HTTPNotifier, ProviderOptions
+from .base import DeliveryContext, HTTPNotifier, ProviderOptions
 from .message import Message
 from .validation import require_url
 
@@ -36,12 +36,20 @@ class GenericNotifier(HTTPNotifier):
         # changes, shared read-only between requests otherwise (the notifier lives as long as its options).
         self._headers: tuple[str, Mapping[str, str]] | None = None
 
-    def build_request(self, event: Event, message: Message | None = None) -> OutboundRequest:
+    async def post(self, event: Event, ctx: DeliveryContext) -> None:
+        await self.send(self.build_request(event, ctx.message, body=ctx.body), ctx)
+
+    def build_request(
+        self, event: Event, message: Message | None = None, *, body: bytes | None = None
+    ) -> OutboundRequest:
+        """The event as Go's JSON, or ``body`` (a rendered ``spec.bodyTemplate``)."""
         component = event.reporting_controller
         cached = self._headers
         if cached is None or cached[0] != component:
             cached = self._headers = (component, MappingProxyType(generic_headers(event, self.opts)))
-        return OutboundRequest("POST", self.opts.address, cached[1], event.to_go_json())
+        return OutboundRequest(
+            "POST", self.opts.address, cached[1], body if body is not None else event.to_go_json()
+        )
 
 
 class GenericHMACNotifier(HTTPNotifier):
@@ -53,8 +61,14 @@ class GenericHMACNotifier(HTTPNotifier):
         if not opts.token_text:
             raise ProviderConfigError("HMAC key is empty")
 
-    def build_request(self, event: Event, message: Message | None = None) -> OutboundRequest:
-        body = event.to_go_json()
+    async def post(self, event: Event, ctx: DeliveryContext) -> None:
+        await self.send(self.build_request(event, ctx.message, body=ctx.body), ctx)
+
+    def build_request(
+        self, event: Event, message: Message | None = None, *, body: bytes | None = None
+    ) -> OutboundRequest:
+        """Signed as usual: ``X-Signature`` is the HMAC of the body sent, templated or not."""
+        body = body if body is not None else event.to_go_json()
         headers = generic_headers(event, self.opts)
         headers["X-Signature"] = hmac_signature(self.opts.token_text.encode(), body)
         return OutboundRequest("POST", self.opts.address, headers, body)

@@ -37,6 +37,7 @@ from notification_controller.api.provider import Provider
 from notification_controller.errors import DeliveryError, PermanentDeliveryError, RetryableDeliveryError
 from notification_controller.outbound import OutboundHTTP, RetryPolicy
 from notification_controller.providers.base import DeliveryContext
+from notification_controller.providers.message import Message
 from notification_controller.providers.options import resolve_options
 from notification_controller.providers.registry import create_notifier
 from tests.conformance import cases_chat
@@ -390,3 +391,27 @@ async def test_h_custom_ca(case: ProviderCase, http: OutboundHTTP) -> None:
                 await deliver(with_ca, case, http)
             assert http.attempts - before == 1
         assert final.count(srv.requests) == (1 if uses_tls else 0)
+
+
+# Types whose request carries a template's title and text (the message model). The others send the event
+# itself (generic: a bodyTemplate instead), an object without a free-text field, or a commit status.
+RENDERS_MESSAGE = frozenset(
+    {
+        "slack", "discord", "rocket", "msteams", "googlechat", "matrix", "lark", "webex", "telegram",
+        "opsgenie", "incident.io",
+    }
+)  # fmt: skip
+TEMPLATED = Message("TitleMarker7q", "TextMarker9z", "error", (("FieldMarker", "ValueMarker"),))
+
+
+@http_case
+async def test_t_a_template_reaches_the_request(case: ProviderCase, http: OutboundHTTP) -> None:
+    """Issue 15: a template's title and text reach every message-model type's request (and no other)."""
+    async with CaptureServer() as srv:
+        final = arm(srv, case, [])
+        built = build(case, srv.url)
+        await built.notifier().post(event_of(case), DeliveryContext(http=http, message=TEMPLATED))
+        [request] = [r for r in srv.requests if final.matches(r)]
+        body = request.body.decode("utf-8", "replace")
+        rendered = "TitleMarker7q" in body or "TextMarker9z" in body
+        assert rendered == (case.type in RENDERS_MESSAGE), (case.type, body[:300])

@@ -121,9 +121,20 @@ def test_notification_is_plain_data_and_round_trips_through_json() -> None:
     assert Notification.from_json(raw) == n
     assert b'"message":"message 7"' in raw  # the event as Flux's wire JSON, readable in the store
     for field_ in dataclasses.fields(Notification):  # nothing live: every field is data
-        assert field_.type in ("str", "Event", "Ref", "int", "Message | None"), field_
+        assert field_.type in (
+            "str",
+            "Event",
+            "Ref",
+            "int",
+            "Message | None",
+            "tuple[tuple[str, str, str], ...]",
+        ), field_
     # a stage's message (a group, a recovery) travels with it
-    grouped = dataclasses.replace(n, message=Message("3 events", "a\nb", "error", (("occurrences", "3"),)))
+    grouped = dataclasses.replace(
+        n,
+        message=Message("3 events", "a\nb", "error", (("occurrences", "3"),)),
+        group=(("kustomization/a.ns", "error", "a failed"),),
+    )
     assert Notification.from_json(grouped.to_json()) == grouped
     with pytest.raises(ControllerError, match="unreadable stored notification"):
         Notification.from_json(b'{"v": 99}')
