@@ -128,6 +128,14 @@ def get(kube: KubeTestServer, kind: str, namespace: str, name: str) -> dict[str,
     return data
 
 
+def condition(obj: dict[str, Any] | None, type_: str) -> tuple[str, str, str] | None:
+    """(status, reason, message) of the ``type_`` condition, whatever generation it observed."""
+    for cond in (obj or {}).get("status", {}).get("conditions", []):
+        if cond["type"] == type_:
+            return cond["status"], cond["reason"], cond.get("message", "")
+    return None
+
+
 def ready(obj: dict[str, Any] | None) -> tuple[str, str, str] | None:
     """(status, reason, message) of the Ready condition, once observed for the current generation."""
     if not obj:

@@ -14,7 +14,16 @@ from typing import Any
 import pytest
 
 from tests.e2e.apiserver import KubeTestServer
-from tests.e2e.controllerkit import Controller, ThreadedSink, apply, flux_event, get, post_event, wait_for
+from tests.e2e.controllerkit import (
+    Controller,
+    ThreadedSink,
+    apply,
+    condition,
+    flux_event,
+    get,
+    post_event,
+    wait_for,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -69,13 +78,6 @@ def test_the_crd_stores_every_noise_field(installed: KubeTestServer, namespace: 
     stored = get(installed, "alert", namespace, "full")
     assert stored is not None
     assert {k: stored["spec"][k] for k in FULL_SPEC} == FULL_SPEC
-
-
-def condition(obj: dict[str, Any] | None, type_: str) -> tuple[str, str, str] | None:
-    for cond in (obj or {}).get("status", {}).get("conditions", []):
-        if cond["type"] == type_:
-            return cond["status"], cond["reason"], cond.get("message", "")
-    return None
 
 
 def test_status_and_state_across_a_restart(

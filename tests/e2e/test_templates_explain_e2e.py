@@ -10,7 +10,6 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -20,6 +19,7 @@ from tests.e2e.controllerkit import (
     Controller,
     ThreadedSink,
     apply,
+    condition,
     flux_event,
     get,
     post_event,
@@ -27,13 +27,6 @@ from tests.e2e.controllerkit import (
 )
 
 pytestmark = pytest.mark.e2e
-
-
-def condition(obj: dict[str, Any] | None, type_: str) -> tuple[str, str, str] | None:
-    for cond in (obj or {}).get("status", {}).get("conditions", []):
-        if cond["type"] == type_:
-            return cond["status"], cond["reason"], cond.get("message", "")
-    return None
 
 
 def test_templates_status_delivery_and_explain(
