@@ -63,9 +63,12 @@ def go_title(text: str) -> str:
     return "".join(out)
 
 
-def alertmanager_payload(event: Event) -> list[GoStruct]:
+def alertmanager_payload(event: Event, message: Message | None = None) -> list[GoStruct]:
+    """Flux's alert; a template's ``message`` supplies the ``message`` annotation and a ``title`` one."""
     obj = event.involved_object
-    annotations = {"message": event.message}
+    annotations = {"message": message.text if message else event.message}
+    if message is not None:
+        annotations["title"] = message.title
     labels = dict(event.metadata)
     if "summary" in labels:
         annotations["summary"] = labels.pop("summary")
@@ -100,5 +103,5 @@ class AlertmanagerNotifier(HTTPNotifier):
             extra["Authorization"] = "Basic " + base64.b64encode(pair).decode("ascii")
         elif self.opts.token_text:
             extra["Authorization"] = f"Bearer {self.opts.token_text}"
-        body = dumps(alertmanager_payload(event))
+        body = dumps(alertmanager_payload(event, message))
         return OutboundRequest("POST", self.opts.address, json_headers(extra), body)

@@ -46,11 +46,12 @@ def _unix(moment: datetime | None) -> int:
     return int(moment.timestamp()) if moment is not None else GO_ZERO_UNIX
 
 
-def datadog_payload(event: Event) -> dict[str, Any]:
+def datadog_payload(event: Event, message: Message | None = None) -> dict[str, Any]:
+    """Flux's event; a template's ``message`` (when given) supplies the title and the text."""
     obj = event.involved_object
     return {
-        "title": f"Events from the {obj.kind} {obj.name}/{obj.namespace}",
-        "text": event.message,
+        "title": message.title if message else f"Events from the {obj.kind} {obj.name}/{obj.namespace}",
+        "text": message.text if message else event.message,
         "tags": datadog_tags(event),
         "source_type_name": "fluxcd",
         "date_happened": _unix(event.timestamp),
@@ -82,4 +83,4 @@ class DatadogNotifier(HTTPNotifier):
             "Accept": "application/json",
             "DD-API-KEY": self.opts.token_text,
         }
-        return OutboundRequest("POST", self.url, headers, dumps(datadog_payload(event)))
+        return OutboundRequest("POST", self.url, headers, dumps(datadog_payload(event, message)))

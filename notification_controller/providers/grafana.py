@@ -35,12 +35,14 @@ def _tag_part(text: str) -> str:
     return text.replace(":", "|")
 
 
-def grafana_payload(event: Event) -> GoStruct:
+def grafana_payload(event: Event, message: Message | None = None) -> GoStruct:
+    """The annotation's text is the object's name (Flux), or a template's title (``message``)."""
     obj = event.involved_object
     tags = ["flux", event.reporting_controller]
     tags.extend(f"{_tag_part(k)}: {_tag_part(event.metadata[k])}" for k in sorted(event.metadata))
     tags.extend((f"kind: {obj.kind}", f"name: {obj.name}", f"namespace: {obj.namespace}"))
-    return GoStruct(when=go_unix(event.timestamp), text=obj_name(event), tags=tags)
+    text = message.title if message else obj_name(event)
+    return GoStruct(when=go_unix(event.timestamp), text=text, tags=tags)
 
 
 class GrafanaNotifier(HTTPNotifier):
@@ -57,4 +59,6 @@ class GrafanaNotifier(HTTPNotifier):
         elif self.opts.username and self.opts.password_text:
             pair = f"{self.opts.username}:{self.opts.password_text}".encode()
             extra["Authorization"] = "Basic " + base64.b64encode(pair).decode("ascii")
-        return OutboundRequest("POST", self.opts.address, json_headers(extra), dumps(grafana_payload(event)))
+        return OutboundRequest(
+            "POST", self.opts.address, json_headers(extra), dumps(grafana_payload(event, message))
+        )

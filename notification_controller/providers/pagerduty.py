@@ -42,21 +42,28 @@ def _timestamp(moment: datetime | None) -> str:
     return rfc3339(moment) if moment is not None else GO_ZERO_TIME
 
 
-def _details(event: Event) -> dict[str, object]:
+def _details(event: Event, message: Message | None) -> dict[str, object]:
     # Flux's event server always replaces the event's metadata with a (possibly empty) map before any
     # notifier runs, so ``metadata`` is ``{}`` for an event without metadata, never ``null``.
-    return {"message": event.message, "metadata": dict(event.metadata)}
+    return {"message": message.text if message else event.message, "metadata": dict(event.metadata)}
 
 
-def v2_event(event: Event, routing_key: str) -> GoStruct:
+def _summary(event: Event, message: Message | None) -> str:
+    """Flux's ``<description>: <name>``, or a template's title."""
+    if message is not None:
+        return message.title
     name, desc = format_name_and_description(event)
+    return f"{desc}: {name}"
+
+
+def v2_event(event: Event, routing_key: str, message: Message | None = None) -> GoStruct:
     out = GoStruct(routing_key=routing_key, event_action="resolve")
     if event.involved_object.uid:
         out["dedup_key"] = event.involved_object.uid
     if event.severity == SEVERITY_ERROR:
         out["event_action"] = "trigger"
         payload = GoStruct(
-            summary=f"{desc}: {name}",
+            summary=_summary(event, message),
             source=f"Flux {event.reporting_controller}",
             severity=pagerduty_severity(event.severity),
             timestamp=_timestamp(event.timestamp),
@@ -65,16 +72,15 @@ def v2_event(event: Event, routing_key: str) -> GoStruct:
             payload["component"] = event.involved_object.name
         if event.involved_object.kind:
             payload["group"] = event.involved_object.kind
-        payload["custom_details"] = _details(event)
+        payload["custom_details"] = _details(event, message)
         out["payload"] = payload
     return out
 
 
-def change_event(event: Event, routing_key: str) -> GoStruct:
-    name, desc = format_name_and_description(event)
-    payload = GoStruct(summary=f"{desc}: {name}", source=f"Flux {event.reporting_controller}")
+def change_event(event: Event, routing_key: str, message: Message | None = None) -> GoStruct:
+    payload = GoStruct(summary=_summary(event, message), source=f"Flux {event.reporting_controller}")
     payload["timestamp"] = _timestamp(event.timestamp)
-    payload["custom_details"] = _details(event)
+    payload["custom_details"] = _details(event, message)
     return GoStruct(routing_key=routing_key, payload=payload)
 
 
@@ -90,29 +96,30 @@ class PagerDutyNotifier(HTTPNotifier):
     def should_send(self, event: Event) -> bool:
         return event.reason != PROGRESSING
 
-    def build_requests(self, event: Event) -> list[OutboundRequest]:
-        """The enqueue request, plus the change event for info events (pure)."""
+    def build_requests(self, event: Event, message: Message | None = None) -> list[OutboundRequest]:
+        """The enqueue request, plus the change event for info events (pure); a template's ``message``
+        supplies the summary (title) and ``custom_details.message`` (text)."""
         key = self.opts.channel
         requests = [
             OutboundRequest(
-                "POST", f"{self.endpoint}/v2/enqueue", json_headers(), dumps(v2_event(event, key))
+                "POST", f"{self.endpoint}/v2/enqueue", json_headers(), dumps(v2_event(event, key, message))
             )
         ]
         if event.severity == SEVERITY_INFO:
-            body = dumps(change_event(event, key))
+            body = dumps(change_event(event, key, message))
             requests.append(
                 OutboundRequest("POST", f"{self.endpoint}/v2/change/enqueue", json_headers(), body)
             )
         return requests
 
     def build_request(self, event: Event, message: Message | None = None) -> OutboundRequest:
-        return self.build_requests(event)[0]
+        return self.build_requests(event, message)[0]
 
     async def post(self, event: Event, ctx: DeliveryContext) -> None:
         if not self.should_send(event):
             return
         budget = Budget(self.opts.timeout)  # spec.timeout for both requests, as Flux's context covers both
-        for request in self.build_requests(event):
+        for request in self.build_requests(event, ctx.message):
             await ctx.http.send(
                 request,
                 timeout=budget.remaining(f"request to {redact_url(request.url)}"),

@@ -17,7 +17,7 @@ from ..api.provider import ProviderType
 from ..core.gojson import GoStruct, dumps
 from ..errors import ProviderConfigError
 from ..outbound import OutboundRequest
-from .base import HTTPNotifier, ProviderOptions, json_headers, obj_name
+from .base import HTTPNotifier, ProviderOptions, json_headers
 from .message import Message
 from .validation import require_url
 
@@ -37,12 +37,13 @@ def zoom_url(address: str) -> str:
     return address
 
 
-def zoom_payload(event: Event) -> GoStruct:
-    body = [GoStruct(type="message", text=event.message) if event.message else GoStruct(type="message")]
-    if event.metadata:
-        items = [GoStruct(key=k, value=event.metadata[k]) for k in sorted(event.metadata)]
-        body.append(GoStruct(type="fields", items=items))
-    head = GoStruct(text=obj_name(event), sub_head=GoStruct(text=event.severity))
+def zoom_payload(event: Event, message: Message | None = None) -> GoStruct:
+    """Rendered from the message model (``Message.of(event)`` by default: Flux's exact payload)."""
+    m = message or Message.of(event)
+    body = [GoStruct(type="message", text=m.text) if m.text else GoStruct(type="message")]
+    if m.fields:
+        body.append(GoStruct(type="fields", items=[GoStruct(key=k, value=v) for k, v in m.fields]))
+    head = GoStruct(text=m.title, sub_head=GoStruct(text=m.severity))
     return GoStruct(content=GoStruct(head=head, body=body))
 
 
@@ -58,4 +59,4 @@ class ZoomNotifier(HTTPNotifier):
 
     def build_request(self, event: Event, message: Message | None = None) -> OutboundRequest:
         headers = json_headers({"Authorization": self.opts.token_text})
-        return OutboundRequest("POST", self.url, headers, dumps(zoom_payload(event)))
+        return OutboundRequest("POST", self.url, headers, dumps(zoom_payload(event, message)))

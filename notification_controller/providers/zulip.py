@@ -56,6 +56,14 @@ def parse_zulip_channel(channel: str) -> tuple[str, str]:
     return stream, topic
 
 
+def templated_post(message: Message) -> str:
+    """A template's title as the heading, its text, then the fields (Flux's post layout)."""
+    lines = [f"## {message.title}", "", message.text]
+    if message.fields:
+        lines += ["", "Metadata:", *(f"* `{k}`: {v}" for k, v in message.fields)]
+    return "\n".join(lines)
+
+
 class ZulipNotifier(HTTPNotifier):
     type: ClassVar[ProviderType] = ProviderType.ZULIP
 
@@ -68,7 +76,7 @@ class ZulipNotifier(HTTPNotifier):
 
     def build_request(self, event: Event, message: Message | None = None) -> OutboundRequest:
         form = {
-            "content": format_markdown_post(event),
+            "content": format_markdown_post(event) if message is None else templated_post(message),
             "to": self.stream,
             "topic": self.topic,
             "type": "stream",

@@ -398,7 +398,7 @@ async def test_h_custom_ca(case: ProviderCase, http: OutboundHTTP) -> None:
 RENDERS_MESSAGE = frozenset(
     {
         "slack", "discord", "rocket", "msteams", "googlechat", "matrix", "lark", "webex", "telegram",
-        "opsgenie", "incident.io",
+        "opsgenie", "incident.io", "datadog", "zoom", "grafana", "pagerduty", "alertmanager", "zulip",
     }
 )  # fmt: skip
 TEMPLATED = Message("TitleMarker7q", "TextMarker9z", "error", (("FieldMarker", "ValueMarker"),))
