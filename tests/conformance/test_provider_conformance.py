@@ -1,7 +1,7 @@
 """The provider conformance kit: every provider case through one matrix, against real local servers.
 
-Cases come from every ``tests/conformance/cases_*.py`` module (``CASES`` lists). For each HTTP case,
-notifiers are built through the production path (``resolve_options`` → ``create_notifier``) and
+Cases come from each provider type's own module, ``tests/providers/test_<type>.py`` (its ``CASES``, gathered
+by ``tests/providers/cases.py``), next to the unit tests of its builder. For each HTTP case, notifiers are built through the production path (``resolve_options`` → ``create_notifier``) and
 deliver the kit's sample event through ``OutboundHTTP``:
 
 (a) the request matches reference §4.1 (the case's ``expect``);
@@ -18,9 +18,7 @@ deliver the kit's sample event through ``OutboundHTTP``:
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
-import pkgutil
 import re
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -30,19 +28,18 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-import tests.conformance as conformance_pkg
 from notification_controller.api.alert import Alert
 from notification_controller.api.common import Secret
-from notification_controller.api.provider import Provider
+from notification_controller.api.provider import Provider, ProviderType
 from notification_controller.errors import DeliveryError, PermanentDeliveryError, RetryableDeliveryError
 from notification_controller.outbound import OutboundHTTP, RetryPolicy
 from notification_controller.providers.base import DeliveryContext
 from notification_controller.providers.message import Message
 from notification_controller.providers.options import resolve_options
 from notification_controller.providers.registry import create_notifier
-from tests.conformance import cases_chat
-from tests.conformance.build import SAMPLE_EVENT, Built, build, fill
-from tests.conformance.case import ProviderCase
+from tests.providers.build import SAMPLE_EVENT, Built, build, fill
+from tests.providers.case import ProviderCase
+from tests.providers.cases import cases_by_type
 from tests.support.capture import CapturedRequest, CaptureServer, ForwardProxy, Reply, mint_tls
 
 FAST = RetryPolicy(max_attempts=5, wait_min=0.01, wait_max=0.05)
@@ -75,16 +72,8 @@ REFERENCE_PROXY_TLS: dict[str, tuple[bool, bool]] = {
 }
 
 
-def _load_cases() -> list[ProviderCase]:
-    cases: list[ProviderCase] = []
-    for info in sorted(pkgutil.iter_modules(conformance_pkg.__path__), key=lambda m: m.name):
-        if info.name.startswith("cases_"):
-            module = importlib.import_module(f"{conformance_pkg.__name__}.{info.name}")
-            cases.extend(getattr(module, "CASES", []))
-    return cases
-
-
-ALL_CASES = _load_cases()
+CASES_BY_TYPE = cases_by_type()
+ALL_CASES = [case for cases in CASES_BY_TYPE.values() for case in cases]
 HTTP_CASES = [c for c in ALL_CASES if c.http]
 
 
@@ -208,16 +197,25 @@ def assert_no_leak(texts: list[str], secrets: list[str]) -> None:
 
 
 async def test_every_case_module_was_loaded() -> None:
-    """The kit found the chat cases (and any other ``cases_*`` module); no type is listed twice."""
-    types = [c.type for c in ALL_CASES]
-    for expected in ("generic", "generic-hmac", "slack", "msteams", "pagerduty", "sentry", "incident.io"):
-        assert expected in types
+    """Every provider type has its case(s) in its own module, and that module holds no other type's case."""
+    assert set(CASES_BY_TYPE) == set(ProviderType)
+    for ptype, cases in CASES_BY_TYPE.items():
+        assert cases, f"no case for {ptype.value}"
+        assert {c.type for c in cases} == {ptype.value}, ptype
     assert all(c.expect is not None for c in HTTP_CASES)
 
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "providers"
-# Pages whose example uses real-looking values (no ``<placeholder>`` credentials): the chat family.
-DOC_CASES = list(cases_chat.CASES)
+# Pages whose example uses real-looking values (no ``<placeholder>`` credentials): the chat, incident and
+# generic types.
+DOC_TYPES = frozenset(
+    {
+        "generic", "generic-hmac", "slack", "discord", "rocket", "msteams", "googlechat", "webex", "telegram",
+        "lark", "matrix", "opsgenie", "alertmanager", "grafana", "pagerduty", "datadog", "zulip", "zoom",
+        "incident.io", "sentry",
+    }
+)  # fmt: skip
+DOC_CASES = [c for c in ALL_CASES if c.type in DOC_TYPES]
 
 
 @pytest.mark.parametrize("case", DOC_CASES, ids=_ids(DOC_CASES))

@@ -21,7 +21,7 @@ from notification_controller.api.provider import Provider
 from notification_controller.providers.base import Notifier, ProviderOptions
 from notification_controller.providers.options import resolve_options
 from notification_controller.providers.registry import create_notifier
-from tests.conformance.case import ProviderCase
+from tests.providers.case import ProviderCase
 
 NAMESPACE = "conformance"
 PROVIDER_NAME = "under-test"

@@ -1,7 +1,8 @@
 """The shape of one provider conformance case (one per provider type).
 
-Each ``tests/conformance/cases_*.py`` module exports ``CASES: list[ProviderCase]``; the kit in
-``test_provider_conformance.py`` runs every case through the same matrix against real local servers.
+Each ``tests/providers/test_<type>.py`` module exports ``CASES: list[ProviderCase]`` (gathered by
+``tests/providers/cases.py``); the kit in ``tests/conformance/test_provider_conformance.py`` runs every
+case through the same matrix against real local servers.
 """
 
 from __future__ import annotations

@@ -1,0 +1,58 @@
+"""A property over the chat and incident family's builders: any message and metadata give decodable JSON
+that carries them intact, HTML-escaped the way Go's encoder does (reference §4.0).
+"""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from notification_controller.api.provider import ProviderType
+from notification_controller.providers.alertmanager import AlertmanagerNotifier
+from notification_controller.providers.googlechat import GoogleChatNotifier
+from notification_controller.providers.grafana import GrafanaNotifier
+from notification_controller.providers.lark import LarkNotifier
+from notification_controller.providers.msteams import MSTeamsNotifier
+from notification_controller.providers.slack import SlackNotifier
+from notification_controller.providers.zoom import ZoomNotifier
+from tests.providers.support import event, opts
+
+messages = st.text(max_size=200)
+
+metadata = st.dictionaries(st.text(min_size=1, max_size=20), st.text(max_size=40), max_size=5)
+
+
+@settings(max_examples=60)
+@given(message=messages, meta=metadata, severity=st.sampled_from(["info", "error", "trace", ""]))
+def test_payloads_are_valid_json_and_carry_the_event(
+    message: str, meta: dict[str, str], severity: str
+) -> None:
+    """Any message and metadata (control characters, ``<>&``, emojis...) give decodable JSON with the
+    message and every metadata value intact."""
+    ev = event(severity=severity, message=message, metadata=meta)
+    slack = json.loads(
+        SlackNotifier(opts(ProviderType.SLACK, address="https://s.test/h")).build_request(ev).body
+    )
+    assert slack["attachments"][0]["text"] == message
+    assert {f["title"]: f["value"] for f in slack["attachments"][0]["fields"]} == meta
+    am = json.loads(
+        AlertmanagerNotifier(opts(ProviderType.ALERTMANAGER, address="https://a/x")).build_request(ev).body
+    )
+    assert am[0]["annotations"]["message"] == message
+    zoom = json.loads(
+        ZoomNotifier(opts(ProviderType.ZOOM, address="https://z/x", token="t")).build_request(ev).body
+    )
+    assert {i["key"]: i["value"] for b in zoom["content"]["body"] for i in b.get("items", [])} == meta
+    teams = json.loads(
+        MSTeamsNotifier(opts(ProviderType.MSTEAMS, address="https://t/x")).build_request(ev).body
+    )
+    assert teams["attachments"][0]["content"]["body"][0]["items"][1].get("text", "") == message
+    for raw in (
+        GoogleChatNotifier(opts(ProviderType.GOOGLE_CHAT, address="https://g/x")).build_request(ev).body,
+        LarkNotifier(opts(ProviderType.LARK, address="https://l/x")).build_request(ev).body,
+        GrafanaNotifier(opts(ProviderType.GRAFANA, address="https://g/x")).build_request(ev).body,
+    ):
+        assert b"<" not in raw and b">" not in raw and b"&" not in raw  # Go's HTML-safe encoding
+        json.loads(raw)
