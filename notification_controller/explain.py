@@ -286,10 +286,11 @@ class Explainer:
         verdict.notes.extend(errors)
         if isinstance(notifier, HTTPNotifier):
             try:
+                message = notifier.message_for(delivery.message, delivery.templated)
                 if delivery.body is not None and isinstance(notifier, GenericNotifier | GenericHMACNotifier):
-                    request = notifier.build_request(delivery.event, delivery.message, body=delivery.body)
+                    request = notifier.build_request(delivery.event, message, body=delivery.body)
                 else:
-                    request = notifier.build_request(delivery.event, delivery.message)
+                    request = notifier.build_request(delivery.event, message)
                 verdict.request = _masked_request(request, options.masks())
             except ControllerError as exc:
                 verdict.notes.append(f"the request cannot be built: {exc}")
@@ -302,6 +303,7 @@ class Explainer:
                 commit_status=draft.commit_status,
                 message=delivery.message,
                 body=delivery.body,
+                templated=delivery.templated,
             )
             try:
                 await notifier.post(delivery.event, ctx)

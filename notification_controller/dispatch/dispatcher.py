@@ -455,7 +455,11 @@ class Dispatcher:
         ctx = self._context(delivery.alert, notification.commit_status)
         if delivery.message is not None or delivery.thread is not None or delivery.body is not None:
             ctx = dataclasses.replace(
-                ctx, message=delivery.message, thread=delivery.thread, body=delivery.body
+                ctx,
+                message=delivery.message,
+                thread=delivery.thread,
+                body=delivery.body,
+                templated=delivery.templated,
             )
         try:
             if idempotency_key:

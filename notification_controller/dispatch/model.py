@@ -188,6 +188,8 @@ class Delivery:
     """Set by the thread stage (``threadBy``): the conversation this delivery belongs to."""
     body: bytes | None = None
     """Set by the template stage (a Provider's ``bodyTemplate``): the whole request body."""
+    templated: bool = False
+    """``message`` was rendered from the Alert's ``spec.template`` (``DeliveryContext.template``)."""
 
     @property
     def provider_type(self) -> str:

@@ -83,7 +83,7 @@ class TemplateStage:
                     title=title if title is not None else base.title,
                     text=text if text is not None else base.text,
                 )
-                delivery = dataclasses.replace(delivery, message=message)
+                delivery = dataclasses.replace(delivery, message=message, templated=True)
         if body_source:
             body = self._render(delivery, "body", body_source, values, limit=MAX_BODY_OUTPUT, json=True)
             if body is not None:

@@ -41,6 +41,7 @@ from ..outbound import OutboundRequest
 from .base import DeliveryContext, ProviderOptions
 from .common import Caller, path_segment, rewrap
 from .identity import AZURE_SCOPE_EVENT_HUBS, azure_access_token
+from .message import with_text
 
 API_VERSION = "2014-01"
 SAS_LIFETIME = 3600
@@ -191,7 +192,7 @@ class AzureEventHubNotifier:
                 raise rewrap(
                     exc, "failed to create a eventhub using managed identity: failed to get token"
                 ) from None
-        request = self.build_request(event, bearer=bearer)
+        request = self.build_request(with_text(event, ctx.template), bearer=bearer)
         call.add_mask(request.headers["Authorization"].split(" ", 1)[1])
         if self.sas is not None:
             call.add_mask(self.sas.key)

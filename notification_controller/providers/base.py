@@ -90,6 +90,13 @@ class DeliveryContext:
     message: Message | None = None  # a pre-send stage's message (template, group); None: Message.of(event)
     thread: Thread | None = None  # spec.threadBy: the conversation to post into (chat types that thread)
     body: bytes | None = None  # a Provider's bodyTemplate, rendered (generic types)
+    templated: bool = False  # ``message`` was rendered from the Alert's spec.template
+
+    @property
+    def template(self) -> Message | None:
+        """The Alert template's message, for the types that keep their own shape (the event they forward,
+        a commit status, a span): they render a template, never a group's or a recovery's message."""
+        return self.message if self.templated else None
 
 
 class Notifier(Protocol):
@@ -110,9 +117,15 @@ class HTTPNotifier(abc.ABC):
     type: ClassVar[ProviderType]
     uses_proxy: ClassVar[bool] = True
     uses_tls: ClassVar[bool] = True
+    template_only: ClassVar[bool] = False
+    """True for the types that forward Flux's event (generic, sentry): see ``DeliveryContext.template``."""
 
     def __init__(self, opts: ProviderOptions) -> None:
         self.opts = opts
+
+    def message_for(self, message: Message | None, templated: bool) -> Message | None:
+        """What ``build_request`` renders: a pre-send stage's message, or only a template's."""
+        return message if templated or not self.template_only else None
 
     def should_send(self, event: Event) -> bool:
         return True
@@ -132,7 +145,7 @@ class HTTPNotifier(abc.ABC):
     async def post(self, event: Event, ctx: DeliveryContext) -> None:
         if not self.should_send(event):
             return
-        await self.send(self.build_request(event, ctx.message), ctx)
+        await self.send(self.build_request(event, self.message_for(ctx.message, ctx.templated)), ctx)
 
     async def send(self, request: OutboundRequest, ctx: DeliveryContext) -> OutboundResponse:
         """One request through the outbound path with this Provider's timeout, proxy, TLS and masks."""

@@ -16,7 +16,7 @@ from ..errors import ProviderConfigError
 from ..lib.signing import hmac_signature
 from ..outbound import OutboundRequest
 from .base import DeliveryContext, HTTPNotifier, ProviderOptions
-from .message import Message
+from .message import Message, with_text
 from .validation import require_url
 
 
@@ -28,6 +28,7 @@ def generic_headers(event: Event, opts: ProviderOptions) -> dict[str, str]:
 
 class GenericNotifier(HTTPNotifier):
     type: ClassVar[ProviderType] = ProviderType.GENERIC
+    template_only: ClassVar[bool] = True
 
     def __init__(self, opts: ProviderOptions) -> None:
         super().__init__(opts)
@@ -37,23 +38,30 @@ class GenericNotifier(HTTPNotifier):
         self._headers: tuple[str, Mapping[str, str]] | None = None
 
     async def post(self, event: Event, ctx: DeliveryContext) -> None:
-        await self.send(self.build_request(event, ctx.message, body=ctx.body), ctx)
+        await self.send(
+            self.build_request(event, self.message_for(ctx.message, ctx.templated), body=ctx.body), ctx
+        )
 
     def build_request(
         self, event: Event, message: Message | None = None, *, body: bytes | None = None
     ) -> OutboundRequest:
-        """The event as Go's JSON, or ``body`` (a rendered ``spec.bodyTemplate``)."""
+        """The event as Go's JSON (a template's text as its message), or ``body`` (a rendered
+        ``spec.bodyTemplate``)."""
         component = event.reporting_controller
         cached = self._headers
         if cached is None or cached[0] != component:
             cached = self._headers = (component, MappingProxyType(generic_headers(event, self.opts)))
         return OutboundRequest(
-            "POST", self.opts.address, cached[1], body if body is not None else event.to_go_json()
+            "POST",
+            self.opts.address,
+            cached[1],
+            body if body is not None else with_text(event, message).to_go_json(),
         )
 
 
 class GenericHMACNotifier(HTTPNotifier):
     type: ClassVar[ProviderType] = ProviderType.GENERIC_HMAC
+    template_only: ClassVar[bool] = True
 
     def __init__(self, opts: ProviderOptions) -> None:
         super().__init__(opts)
@@ -62,13 +70,15 @@ class GenericHMACNotifier(HTTPNotifier):
             raise ProviderConfigError("HMAC key is empty")
 
     async def post(self, event: Event, ctx: DeliveryContext) -> None:
-        await self.send(self.build_request(event, ctx.message, body=ctx.body), ctx)
+        await self.send(
+            self.build_request(event, self.message_for(ctx.message, ctx.templated), body=ctx.body), ctx
+        )
 
     def build_request(
         self, event: Event, message: Message | None = None, *, body: bytes | None = None
     ) -> OutboundRequest:
         """Signed as usual: ``X-Signature`` is the HMAC of the body sent, templated or not."""
-        body = body if body is not None else event.to_go_json()
+        body = body if body is not None else with_text(event, message).to_go_json()
         headers = generic_headers(event, self.opts)
         headers["X-Signature"] = hmac_signature(self.opts.token_text.encode(), body)
         return OutboundRequest("POST", self.opts.address, headers, body)

@@ -41,6 +41,7 @@ from ..outbound import OutboundRequest
 from .base import DeliveryContext, ProviderOptions
 from .common import Caller, go_json, path_segment, rewrap, str_field
 from .identity import gcp_access_token
+from .message import with_text
 from .tokens import CachedToken, TokenCache, cache_key, mint_or_cached
 from .validation import require_url
 
@@ -212,7 +213,7 @@ class GooglePubSubNotifier:
         except DeliveryError as exc:
             raise rewrap(exc, f"error publishing to GCP Pub/Sub topic {self.topic_path}") from None
         await call.send(
-            self.publish_request(event, token),
+            self.publish_request(with_text(event, ctx.template), token),
             what=f"error publishing to GCP Pub/Sub topic {self.topic_path}",
             tls=False,
         )

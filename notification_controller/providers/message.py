@@ -73,6 +73,13 @@ class Message:
         )
 
 
+def with_text(event: Event, message: Message | None) -> Event:
+    """The event a type that forwards Flux's event sends: ``message`` replaced by a template's text."""
+    if message is None or message.text == event.message:
+        return event
+    return event.model_copy(update={"message": message.text})
+
+
 @dataclass(slots=True)
 class Thread:
     """The chat conversation a delivery belongs to (``spec.threadBy``). ``ts`` names the thread's first

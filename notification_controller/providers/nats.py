@@ -24,6 +24,7 @@ from ..api.provider import ProviderType
 from ..errors import PermanentDeliveryError, ProviderConfigError, RetryableDeliveryError
 from ..outbound import masked
 from .base import DeliveryContext, ProviderOptions
+from .message import with_text
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +92,7 @@ class NATSNotifier:
         return event.to_go_json()
 
     async def post(self, event: Event, ctx: DeliveryContext) -> None:
-        payload = self.build_payload(event)
+        payload = self.build_payload(with_text(event, ctx.template))
         prefix = f"error publishing event to subject {self.subject}"
         masks = self.opts.masks()
         try:

@@ -23,6 +23,9 @@ with the ``opentelemetry-proto`` messages. What the Go SDK puts in it, field by 
 
 ``HelmRepository`` events are skipped (not a deployment source).
 
+An Alert's ``spec.template`` message (issue 15) adds the attribute ``flux.message`` and, for ``error``
+events, becomes the status message; the span name keeps identifying the object (no title).
+
 Endpoint: like ``otlptracehttp.WithEndpointURL``, only the scheme, host and path of the address are used
 (the query string and any userinfo are dropped); give the full traces path, e.g.
 ``https://collector:4318/v1/traces``.
@@ -126,8 +129,9 @@ def _kv(key: str, value: str) -> KeyValue:
     return KeyValue(key=key, value=AnyValue(string_value=value))
 
 
-def span_attributes(event: Event) -> tuple[list[KeyValue], int]:
-    """The span's attributes and how many were dropped, with the Go SDK's rules (see the docstring)."""
+def span_attributes(event: Event, text: str | None = None) -> tuple[list[KeyValue], int]:
+    """The span's attributes and how many were dropped, with the Go SDK's rules (see the docstring).
+    ``text``: an Alert template's message, as the last attribute ``flux.message``."""
     obj = event.involved_object
     pairs: Iterable[tuple[str, str]] = [
         ("object.uid", obj.uid),
@@ -135,6 +139,7 @@ def span_attributes(event: Event) -> tuple[list[KeyValue], int]:
         ("object.name", obj.name),
         ("object.namespace", obj.namespace),
         *sorted(event.metadata.items()),
+        *((("flux.message", text),) if text is not None else ()),
     ]
     kept: dict[str, str] = {}  # a dict keeps the first position and takes the last value
     dropped = 0
@@ -153,13 +158,16 @@ def start_time_ns(event: Event, now_ns: int) -> int:
     return max(0, (event.timestamp - _EPOCH) // timedelta(microseconds=1) * 1000)
 
 
-def build_trace(event: Event, alert: Alert, *, span_id: bytes, end_ns: int) -> ExportTraceServiceRequest:
-    """The ``ExportTraceServiceRequest`` carrying the one span of ``event`` (pure)."""
+def build_trace(
+    event: Event, alert: Alert, *, span_id: bytes, end_ns: int, text: str | None = None
+) -> ExportTraceServiceRequest:
+    """The ``ExportTraceServiceRequest`` carrying the one span of ``event`` (pure). ``text``: a template's
+    message, in the ``flux.message`` attribute and (error events) the span status."""
     obj = event.involved_object
     meta = alert.metadata
-    attributes, dropped = span_attributes(event)
+    attributes, dropped = span_attributes(event, text)
     status = (
-        Status(code=Status.STATUS_CODE_ERROR, message=event.message)
+        Status(code=Status.STATUS_CODE_ERROR, message=event.message if text is None else text)
         if event.severity == "error"
         else Status(code=Status.STATUS_CODE_OK)
     )
@@ -204,8 +212,11 @@ class OTELNotifier:
             return False
         return event.involved_object.kind != "HelmRepository"
 
-    def build_request(self, event: Event, alert: Alert, *, span_id: bytes, end_ns: int) -> OutboundRequest:
-        body = build_trace(event, alert, span_id=span_id, end_ns=end_ns).SerializeToString(deterministic=True)
+    def build_request(
+        self, event: Event, alert: Alert, *, span_id: bytes, end_ns: int, text: str | None = None
+    ) -> OutboundRequest:
+        trace = build_trace(event, alert, span_id=span_id, end_ns=end_ns, text=text)
+        body = trace.SerializeToString(deterministic=True)
         return OutboundRequest("POST", self.url, self.headers, body)
 
     async def post(self, event: Event, ctx: DeliveryContext) -> None:
@@ -213,7 +224,14 @@ class OTELNotifier:
             return
         if ctx.alert is None:
             raise PermanentDeliveryError("alert metadata not found in context", reason="internal")
-        request = self.build_request(event, ctx.alert, span_id=os.urandom(8), end_ns=time.time_ns())
+        template = ctx.template
+        request = self.build_request(
+            event,
+            ctx.alert,
+            span_id=os.urandom(8),
+            end_ns=time.time_ns(),
+            text=template.text if template is not None else None,
+        )
         call = Caller(ctx, self.opts)
         if self.proxy:
             call.add_mask(self.proxy)

@@ -36,7 +36,7 @@ from ..core.redact import SecretValue
 from ..errors import ProviderConfigError
 from ..outbound import OutboundRequest
 from .base import HTTPNotifier, ProviderOptions
-from .message import Message
+from .message import Message, with_text
 
 SENTRY_CLIENT = "notification-controller/0.1"
 SDK_INFO = GoStruct(name="notification-controller", version="0.1")
@@ -157,6 +157,7 @@ def envelope(item_type: str, item: Any) -> bytes:
 class SentryNotifier(HTTPNotifier):
     type: ClassVar[ProviderType] = ProviderType.SENTRY
     uses_proxy: ClassVar[bool] = False
+    template_only: ClassVar[bool] = True
 
     def __init__(self, opts: ProviderOptions) -> None:
         super().__init__(opts)
@@ -166,7 +167,9 @@ class SentryNotifier(HTTPNotifier):
         return event.severity in (SEVERITY_INFO, SEVERITY_ERROR)
 
     def build_request(self, event: Event, message: Message | None = None) -> OutboundRequest:
-        built = sentry_item(event, environment=self.opts.channel, provider_uid=self.opts.uid)
+        built = sentry_item(
+            with_text(event, message), environment=self.opts.channel, provider_uid=self.opts.uid
+        )
         if built is None:
             raise ValueError(f"severity {event.severity!r} is not sent to Sentry (see should_send)")
         item_type, item = built

@@ -391,12 +391,13 @@ async def test_h_custom_ca(case: ProviderCase, http: OutboundHTTP) -> None:
         assert final.count(srv.requests) == (1 if uses_tls else 0)
 
 
-# Types whose request carries a template's title and text (the message model). The others send the event
-# itself (generic: a bodyTemplate instead), an object without a free-text field, or a commit status.
-RENDERS_MESSAGE = frozenset(
+# Types that keep their own shape (the event they forward, a commit status): they render an Alert
+# template's message, never another stage's (a group's or a recovery's message stays chat-only).
+TEMPLATE_ONLY = frozenset(
     {
-        "slack", "discord", "rocket", "msteams", "googlechat", "matrix", "lark", "webex", "telegram",
-        "opsgenie", "incident.io", "datadog", "zoom", "grafana", "pagerduty", "alertmanager", "zulip",
+        "generic", "generic-hmac", "sentry", "azureeventhub", "githubdispatch", "github", "gitlab", "gitea",
+        "bitbucket", "bitbucketserver", "azuredevops", "githubpullrequestcomment",
+        "gitlabmergerequestcomment", "giteapullrequestcomment",
     }
 )  # fmt: skip
 TEMPLATED = Message("TitleMarker7q", "TextMarker9z", "error", (("FieldMarker", "ValueMarker"),))
@@ -404,12 +405,25 @@ TEMPLATED = Message("TitleMarker7q", "TextMarker9z", "error", (("FieldMarker", "
 
 @http_case
 async def test_t_a_template_reaches_the_request(case: ProviderCase, http: OutboundHTTP) -> None:
-    """Issue 15: a template's title and text reach every message-model type's request (and no other)."""
+    """Issue 15: an Alert template reaches every type's request, where the type puts its title or text
+    (nats, googlepubsub and otel: tests/integration/test_git_providers.py); a stage's message that is not
+    a template (a group, a recovery) reaches only the chat and incident types, the others send Flux's bytes."""
+    contexts = [
+        DeliveryContext(http=http, message=TEMPLATED, templated=True),
+        DeliveryContext(http=http),
+        DeliveryContext(http=http, message=TEMPLATED),
+    ]
     async with CaptureServer() as srv:
         final = arm(srv, case, [])
         built = build(case, srv.url)
-        await built.notifier().post(event_of(case), DeliveryContext(http=http, message=TEMPLATED))
-        [request] = [r for r in srv.requests if final.matches(r)]
-        body = request.body.decode("utf-8", "replace")
-        rendered = "TitleMarker7q" in body or "TextMarker9z" in body
-        assert rendered == (case.type in RENDERS_MESSAGE), (case.type, body[:300])
+        for ctx in contexts:
+            await built.notifier().post(event_of(case), ctx)
+        templated, plain, grouped = [
+            r.body.decode("utf-8", "replace") for r in srv.requests if final.matches(r)
+        ]
+    assert "TitleMarker7q" in templated or "TextMarker9z" in templated, (case.type, templated[:300])
+    assert "TitleMarker7q" not in plain and "TextMarker9z" not in plain
+    if case.type in TEMPLATE_ONLY:
+        assert grouped == plain, case.type
+    else:
+        assert "TitleMarker7q" in grouped or "TextMarker9z" in grouped, (case.type, grouped[:300])

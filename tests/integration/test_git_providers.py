@@ -31,6 +31,7 @@ from notification_controller.core.redact import SecretValue
 from notification_controller.errors import DeliveryError, PermanentDeliveryError, RetryableDeliveryError
 from notification_controller.outbound import OutboundHTTP, RetryPolicy
 from notification_controller.providers.base import DeliveryContext, Notifier, ProviderOptions
+from notification_controller.providers.message import Message
 from notification_controller.providers.registry import create_notifier
 from notification_controller.providers.tokens import TokenCache
 from tests.support.capture import CapturedRequest, CaptureServer, Reply
@@ -93,8 +94,12 @@ async def deliver(
     *,
     tokens: TokenCache | None = None,
     alert: Alert | None = None,
+    template: Message | None = None,
 ) -> None:
-    await notifier.post(event, DeliveryContext(http=http, alert=alert, tokens=tokens))
+    ctx = DeliveryContext(
+        http=http, alert=alert, tokens=tokens, message=template, templated=template is not None
+    )
+    await notifier.post(event, ctx)
 
 
 def calls(srv: CaptureServer) -> list[str]:
@@ -483,6 +488,36 @@ async def _receive(
         await client.close()
 
 
+async def _receive_templated(
+    url: str, subject: str, notifier: Notifier, http: OutboundHTTP, event: Event
+) -> bytes:
+    import nats
+
+    client = await nats.connect(url, allow_reconnect=False)
+    try:
+        sub = await client.subscribe(subject)
+        await client.flush()
+        await deliver(notifier, event, http, template=TEMPLATE)
+        msg = await sub.next_msg(timeout=10)
+        return bytes(msg.data)
+    finally:
+        await client.close()
+
+
+TEMPLATE = Message("Deployed webapp", "webapp is at main@0123456\n(2 files)", "info")
+
+
+async def test_nats_publishes_a_templates_message_in_the_event(http: OutboundHTTP) -> None:
+    """Issue 15: the forwarded event carries the Alert template's message; the rest is Flux's event."""
+    event = make_event()
+    async with run_nats_server("") as srv:
+        notifier = create_notifier(opts(ProviderType.NATS, address=srv.url, channel="tpl"))
+        data = await _receive_templated(srv.url, "tpl", notifier, http, event)
+    expected = event.model_copy(update={"message": TEMPLATE.text}).to_go_json()
+    assert data == expected
+    assert json.loads(data)["message"] == "webapp is at main@0123456\n(2 files)"
+
+
 async def test_nats_publishes_the_event_json(http: OutboundHTTP) -> None:
     """The subscriber receives exactly the event JSON (Flux's bytes) on the channel subject."""
     event = make_event()
@@ -605,6 +640,11 @@ async def test_pubsub_exchanges_a_token_and_publishes(
         message = publish.json()["messages"][0]
         assert base64.b64decode(message["data"]) == event.to_go_json()
         assert message["attributes"] == {"env": "prod"}
+        # Issue 15: an Alert template's message replaces the event's in the published data.
+        await deliver(create_notifier(options), event, http, tokens=cache, template=TEMPLATE)
+        data = json.loads(base64.b64decode(srv.requests[-1].json()["messages"][0]["data"]))
+        assert data["message"] == TEMPLATE.text
+        assert data["involvedObject"] == json.loads(event.to_go_json())["involvedObject"]
 
 
 async def test_pubsub_error_names_the_topic(http: OutboundHTTP, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -634,6 +674,8 @@ async def test_eventhub_jwt_mode_sends_bearer(http: OutboundHTTP) -> None:
         assert (req.method, req.path, req.query["api-version"]) == ("POST", "/hub-1/messages", "2014-01")
         assert req.headers["Authorization"] == "Bearer eyJ.static"
         assert req.body == event.to_go_json()
+        await deliver(notifier, event, http, template=TEMPLATE)
+        assert srv.requests[-1].body == event.model_copy(update={"message": TEMPLATE.text}).to_go_json()
 
 
 def otel_alert() -> Alert:
@@ -670,11 +712,25 @@ async def test_otel_exports_one_span_per_event(http: OutboundHTTP) -> None:
         assert span.trace_id == expected
         assert len(span.span_id) == 8
         assert span.name == "Kustomization: flux-system/podinfo"
+        assert "flux.message" not in {a.key for a in span.attributes}
+        # Issue 15: a template's message is the span's flux.message attribute and an error's status text;
+        # the span name keeps naming the object.
+        failed = make_event(severity="error", message="health check failed")
+        await deliver(notifier, failed, http, alert=otel_alert(), template=TEMPLATE)
+        span = (
+            ExportTraceServiceRequest.FromString(srv.requests[-1].body)
+            .resource_spans[0]
+            .scope_spans[0]
+            .spans[0]
+        )
+        assert span.name == "Kustomization: flux-system/podinfo"
+        assert {a.key: a.value.string_value for a in span.attributes}["flux.message"] == TEMPLATE.text
+        assert span.status.message == TEMPLATE.text
         # HelmRepository events are not traced; a missing Alert is an error.
         helm = make_event(
             involvedObject={"kind": "HelmRepository", "name": "charts", "namespace": "flux-system"}
         )
         await deliver(notifier, helm, http, alert=otel_alert())
-        assert len(srv.requests) == 1
+        assert len(srv.requests) == 2
         with pytest.raises(DeliveryError, match="alert metadata not found in context"):
             await deliver(notifier, make_event(), http)

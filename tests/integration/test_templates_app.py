@@ -1,6 +1,7 @@
 """Templates through a real controller process in local mode (issue 15): an Alert's title/message template
 reaches a Slack-compatible webhook, a Provider's bodyTemplate is the whole generic-hmac body (signed), and a
-template that fails to render still delivers the default message, counted.
+template that fails to render still delivers the default message, counted; a plain generic Provider forwards
+Flux's event with the template's text as its message.
 """
 
 from __future__ import annotations
@@ -54,6 +55,20 @@ metadata: {name: hook, namespace: flux-system}
 spec:
   providerRef: {name: hook}
   eventSources: [{kind: GitRepository, name: "*"}]
+---
+apiVersion: notification.toolkit.fluxcd.io/v1beta3
+kind: Provider
+metadata: {name: plain, namespace: flux-system}
+spec: {type: generic, address: "URL/plain"}
+---
+apiVersion: notification.toolkit.fluxcd.io/v1beta3
+kind: Alert
+metadata: {name: plain, namespace: flux-system}
+spec:
+  providerRef: {name: plain}
+  eventSources: [{kind: GitRepository, name: "*"}]
+  template:
+    message: "{{ event.involvedObject.name }} failed: {{ event.message }}"
 """
 
 
@@ -93,7 +108,7 @@ async def test_templates_shape_messages_and_bodies(tmp_path: Path) -> None:
                 event("Kustomization", "bare", "no revision here"),  # the message template fails: no revision
             ):
                 assert await post_event(session, proc.events_url, body) == 202
-        requests = await srv.wait_for(3, timeout=10)
+        requests = await srv.wait_for(4, timeout=10)
         by_path: dict[str, list[Any]] = {}
         for r in requests:
             by_path.setdefault(r.path, []).append(r)
@@ -111,4 +126,9 @@ async def test_templates_shape_messages_and_bodies(tmp_path: Path) -> None:
             "alert": "hook",
         }
         assert hook.headers["X-Signature"] == hmac_signature(b"template-hmac-key", hook.body)
+        # generic without a bodyTemplate: Flux's event, the Alert template's text as its message
+        [plain] = by_path["/plain"]
+        sent = json.loads(plain.body)
+        assert sent["message"] == "repo failed: auth failed"
+        assert sent["involvedObject"]["name"] == "repo" and sent["reason"] == "HealthCheckFailed"
         assert await proc.stop() == 0

@@ -15,15 +15,18 @@ from hypothesis import strategies as st
 from notification_controller.api.provider import ProviderType
 from notification_controller.errors import PermanentDeliveryError, ProviderConfigError
 from notification_controller.providers.git.base import (
+    MAX_DESCRIPTION,
     change_request_number,
     commit_status_id,
     format_markdown_post,
     parse_git_address,
     parse_revision,
+    status_description,
 )
 from notification_controller.providers.git.changerequest import comment_body, comment_marker
 from notification_controller.providers.git.github import GitHubNotifier
 from notification_controller.providers.git.gitlab import GitLabNotifier
+from notification_controller.providers.message import Message
 from notification_controller.providers.registry import create_notifier
 from tests.providers.git_support import SHA, UID, make_event, opts
 
@@ -113,6 +116,38 @@ def test_comment_marker_and_body() -> None:
     marker = comment_marker("flux-pr-comment-key", UID, event)
     assert marker == f"<!-- flux-pr-comment-key:{UID}/Kustomization/flux-system/podinfo -->"
     assert comment_body("flux-pr-comment-key", UID, event) == marker + "\n\n" + format_markdown_post(event)
+
+
+def test_comment_body_with_a_template() -> None:
+    """Issue 15: a template's message replaces the event's; its title replaces the object line only when
+    the template set one (a default title keeps Flux's ``Kind/namespace/name``); the marker never changes."""
+    event = make_event(message="boom", metadata={})
+    marker = comment_marker("flux-pr-comment-key", UID, event)
+    untitled = Message.of(event)
+    untitled = Message(untitled.title, "rendered text", "info")
+    assert comment_body("flux-pr-comment-key", UID, event, untitled) == (
+        marker + "\n\n## Flux Status\n\nℹ️ Kustomization/flux-system/podinfo\n\nrendered text\n\nMetadata:\n"
+    )
+    titled = Message("Deployed podinfo", "rendered text", "info")
+    assert comment_body("flux-pr-comment-key", UID, event, titled) == (
+        marker + "\n\n## Flux Status\n\nℹ️ Deployed podinfo\n\nrendered text\n\nMetadata:\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "description"),
+    [
+        ("short", "short"),
+        ("two\n  lines\tand tabs ", "two lines and tabs"),
+        ("x" * 140, "x" * 140),
+        ("x" * 141, "x" * 139 + "…"),
+        ("", ""),
+    ],
+)
+def test_status_description_is_one_bounded_line(text: str, description: str) -> None:
+    """Issue 15: a template's message as a commit-status description fits GitHub's 140 characters."""
+    assert status_description(text) == description
+    assert len(status_description(text)) <= MAX_DESCRIPTION
 
 
 @pytest.mark.parametrize(

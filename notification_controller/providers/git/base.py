@@ -8,9 +8,10 @@ address parsing, state mapping, skip rules). Everything here is pure except the 
 from __future__ import annotations
 
 import abc
+import dataclasses
 import re
 from dataclasses import dataclass
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 from urllib.parse import urlsplit
 
 from ...api.event import MD_CHANGE_REQUEST, Event
@@ -24,6 +25,9 @@ from ..base import DeliveryContext, ProviderOptions
 from ..common import Caller, go_quote, is_not_found
 from ..formatting import format_name_and_description as format_name_and_description  # re-export
 from ..formatting import split_camelcase as split_camelcase  # re-export
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 PROGRESSING = "Progressing"
 SEVERITY_INFO = "info"
@@ -174,14 +178,27 @@ def commit_status_id(opts: ProviderOptions, event: Event, commit_status: str = "
 _GO_INT = re.compile(r"^[+-]?[0-9]+$")
 
 
-def format_markdown_post(event: Event) -> str:
-    """Flux's ``formatMarkdownPost``: a Markdown status block with sorted metadata (``change_request`` excluded)."""
+# GitHub refuses a longer commit-status description ("maximum is 140 characters"); the smallest limit of
+# the six forges, so one rule for all.
+MAX_DESCRIPTION = 140
+
+
+def status_description(text: str) -> str:
+    """A template's message as a commit-status description: one line, at most ``MAX_DESCRIPTION``."""
+    line = " ".join(text.split())
+    return line if len(line) <= MAX_DESCRIPTION else line[: MAX_DESCRIPTION - 1] + "…"
+
+
+def format_markdown_post(event: Event, title: str | None = None) -> str:
+    """Flux's ``formatMarkdownPost``: a Markdown status block with sorted metadata (``change_request`` excluded).
+    ``title`` (a template's) replaces the ``Kind/namespace/name`` line."""
     emoji = "⚠️" if event.severity == SEVERITY_ERROR else "ℹ️"
     obj = event.involved_object
     lines = "".join(
         f"* `{key}`: {event.metadata[key]}\n" for key in sorted(event.metadata) if key != MD_CHANGE_REQUEST
     )
-    return f"## Flux Status\n\n{emoji} {obj.kind}/{obj.namespace}/{obj.name}\n\n{event.message}\n\nMetadata:\n{lines}"
+    head = title if title is not None else f"{obj.kind}/{obj.namespace}/{obj.name}"
+    return f"## Flux Status\n\n{emoji} {head}\n\n{event.message}\n\nMetadata:\n{lines}"
 
 
 def change_request_number(event: Event) -> int:
@@ -208,7 +225,7 @@ def change_request_number(event: Event) -> int:
 # The commit-status family: list -> dedupe -> create, once
 # ----------------------------------------------------------------------------------------------------
 
-S = TypeVar("S")
+S = TypeVar("S", bound="DataclassInstance")
 
 
 class CommitStatusNotifier(abc.ABC, Generic[S]):
@@ -253,6 +270,9 @@ class CommitStatusNotifier(abc.ABC, Generic[S]):
         status = self.build_status(event, ctx.commit_status)
         if status is None:
             return
+        template = ctx.template
+        if template is not None:  # an Alert template: its message is the description
+            status = dataclasses.replace(status, description=status_description(template.text))
         call = Caller(ctx, self.opts)
         token = await self.credential(call)
         proxy, tls = self.api_proxy, self.api_tls()

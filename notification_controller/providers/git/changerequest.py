@@ -19,6 +19,7 @@ from ...errors import ProviderConfigError
 from ...outbound import OutboundRequest
 from ..base import DeliveryContext, ProviderOptions
 from ..common import Caller, json_list, str_field
+from ..message import Message, with_text
 from .base import change_request_number, format_markdown_post
 
 PR_PREFIX = "flux-pr-comment-key"
@@ -34,8 +35,14 @@ def comment_marker(prefix: str, provider_uid: str, event: Event) -> str:
     return f"<!-- {prefix}:{comment_key(provider_uid, event)} -->"
 
 
-def comment_body(prefix: str, provider_uid: str, event: Event) -> str:
-    return f"{comment_marker(prefix, provider_uid, event)}\n\n{format_markdown_post(event)}"
+def comment_body(prefix: str, provider_uid: str, event: Event, template: Message | None = None) -> str:
+    """The marker, then Flux's Markdown block with a template's message, and its title when the template
+    has one (a template without a title keeps Flux's ``Kind/namespace/name`` line)."""
+    title = None
+    if template is not None and template.title != Message.of(event).title:
+        title = template.title
+    post = format_markdown_post(with_text(event, template), title)
+    return f"{comment_marker(prefix, provider_uid, event)}\n\n{post}"
 
 
 def comment_id(item: dict[str, Any]) -> int | None:
@@ -61,8 +68,8 @@ class ChangeRequestCommenter(abc.ABC):
         self.opts = opts
         self.provider_uid = opts.uid
 
-    def body(self, event: Event) -> str:
-        return comment_body(self.prefix, self.provider_uid, event)
+    def body(self, event: Event, template: Message | None = None) -> str:
+        return comment_body(self.prefix, self.provider_uid, event, template)
 
     def marker(self, event: Event) -> str:
         return comment_marker(self.prefix, self.provider_uid, event)
@@ -101,7 +108,7 @@ class ChangeRequestCommenter(abc.ABC):
         return self.uses_tls
 
     async def post(self, event: Event, ctx: DeliveryContext) -> None:
-        body = self.body(event)
+        body = self.body(event, ctx.template)
         number = change_request_number(event)
         call = Caller(ctx, self.opts)
         token, identity = await self.authenticate(call)

@@ -16,6 +16,7 @@ from ...api.provider import ProviderType
 from ...outbound import OutboundRequest
 from ..base import DeliveryContext, ProviderOptions
 from ..common import Caller
+from ..message import with_text
 from .forges import GitHubRepo
 from .githubapp import GitHubAuth, github_headers
 
@@ -52,7 +53,7 @@ class GitHubDispatchNotifier:
         call = Caller(ctx, self.opts)
         token = (await self.auth.token(call)).token
         await call.send(
-            self.build_request(event, token),
+            self.build_request(with_text(event, ctx.template), token),
             what="could not send github repository dispatch webhook",
             tls=self.repo.enterprise,
         )
