@@ -106,12 +106,12 @@ def test_azure_devops_requests() -> None:
         b'"description":"reconciliation succeeded","state":"succeeded"}'
     )
     same = {
-        "context": {"name": status.name, "genre": "fluxcd:prod"},
+        "context": {"name": status.id, "genre": "fluxcd:prod"},
         "state": "succeeded",
         "description": status.description,
     }
     assert duplicate_azure_devops_status([same], status)
     assert not duplicate_azure_devops_status(
-        [{**same, "context": {"name": status.name, "genre": "fluxcd"}}], status
+        [{**same, "context": {"name": status.id, "genre": "fluxcd"}}], status
     )
     assert not duplicate_azure_devops_status([{**same, "state": "error"}, same], status)

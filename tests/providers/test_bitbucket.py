@@ -103,20 +103,20 @@ def test_bitbucket_requests() -> None:
     status = notifier.build_status(make_event())
     assert status is not None
     assert (
-        status.key
+        status.id
         == hashlib.sha1(b"kustomization/podinfo/0c9c2e41", usedforsecurity=False).hexdigest()
         == sha1_hex("kustomization/podinfo/0c9c2e41")
     )
     get = notifier.list_request(status)
     assert (
         get.url
-        == f"https://api.bitbucket.org/2.0/repositories/team/repo/commit/{SHA}/statuses/build/{status.key}"
+        == f"https://api.bitbucket.org/2.0/repositories/team/repo/commit/{SHA}/statuses/build/{status.id}"
     )
     assert get.headers["Authorization"] == "Basic " + base64.b64encode(b"u:p").decode()
     create = notifier.create_request(status)
     assert create.url == f"https://api.bitbucket.org/2.0/repositories/team/repo/commit/{SHA}/statuses/build"
     assert json.loads(create.body) == {
-        "key": status.key,
+        "key": status.id,
         "url": "https://bitbucket.org",
         "state": "SUCCESSFUL",
         "name": "kustomization/podinfo",

@@ -117,18 +117,18 @@ def test_bitbucket_server_requests() -> None:
     assert status.name == "kustomization/podinfo [reconciliation succeeded]"
     get = notifier.list_request(status)
     assert get.url == (
-        f"https://bb.example.com/context/rest/api/latest/projects/PROJ/repos/repo/commits/{SHA}/builds?key={status.key}"
+        f"https://bb.example.com/context/rest/api/latest/projects/PROJ/repos/repo/commits/{SHA}/builds?key={status.id}"
     )
     assert get.headers["Authorization"] == "Basic " + base64.b64encode(b"u:p").decode()
     create = notifier.create_request(status)
     assert create.body == (
-        b'{"description":"reconciliation succeeded","key":"' + status.key.encode() + b'",'
+        b'{"description":"reconciliation succeeded","key":"' + status.id.encode() + b'",'
         b'"name":"kustomization/podinfo [reconciliation succeeded]","state":"SUCCESSFUL",'
         b'"url":"https://bb.example.com/context/scm/PROJ/repo.git"}\n'
     )
     assert create.headers["x-atlassian-token"] == "no-check"
     existing = {
-        "key": status.key,
+        "key": status.id,
         "state": "SUCCESSFUL",
         "description": status.description,
         "name": status.name,

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from notification_controller.api.provider import ProviderType
-from notification_controller.providers.git.gitea import GiteaNotifier, duplicate_gitea_status, gitea_state
+from notification_controller.providers.git.gitea import GiteaNotifier, duplicate_gitea_status
 from tests.providers.case import ProviderCase
 from tests.providers.git_support import (
     DESCRIPTION,
@@ -75,7 +75,7 @@ def test_gitea_posts_pending_for_progressing() -> None:
     notifier = GiteaNotifier(opts(ProviderType.GITEA, address="https://gitea.example.com/o/r", token="gt"))
     status = notifier.build_status(make_event(reason="Progressing"))
     assert status.state == "pending"
-    assert gitea_state(make_event(severity="error")) == "failure"
+    assert notifier.state(make_event(severity="error")) == "failure"
     create = notifier.create_request(status)
     assert create.url == f"https://gitea.example.com/api/v1/repos/o/r/statuses/{SHA}"
     assert create.headers["Authorization"] == "token gt"
@@ -84,8 +84,8 @@ def test_gitea_posts_pending_for_progressing() -> None:
     )
     assert notifier.list_request(status).url.endswith(f"/commits/{SHA}/statuses?page=0&limit=50")
     assert duplicate_gitea_status(
-        [{"context": status.context, "status": "pending", "description": "progressing"}], status
+        [{"context": status.id, "status": "pending", "description": "progressing"}], status
     )
     assert not duplicate_gitea_status(
-        [{"context": status.context, "status": "success", "description": "progressing"}], status
+        [{"context": status.id, "status": "success", "description": "progressing"}], status
     )

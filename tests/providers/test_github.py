@@ -20,8 +20,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from notification_controller.api.provider import ProviderType
 from notification_controller.errors import PermanentDeliveryError
-from notification_controller.providers.git.base import parse_git_address
-from notification_controller.providers.git.github import GitHubNotifier, GitHubStatus, duplicate_github_status
+from notification_controller.providers.git.base import CommitStatus, parse_git_address
+from notification_controller.providers.git.github import GitHubNotifier, duplicate_github_status
 from notification_controller.providers.git.githubapp import GitHubApp, GitHubAuth, github_api_base
 from tests.providers.case import ProviderCase
 from tests.providers.git_support import (
@@ -196,8 +196,8 @@ def test_github_requests() -> None:
         opts(ProviderType.GITHUB, address="git@github.com:fluxcd/podinfo.git", token="t")
     )
     status = notifier.build_status(make_event())
-    assert status == GitHubStatus(
-        SHA, "success", "reconciliation succeeded", "kustomization/podinfo/0c9c2e41"
+    assert status == CommitStatus(
+        SHA, "success", "reconciliation succeeded", "kustomization/podinfo/0c9c2e41", "kustomization/podinfo"
     )
     listing = notifier.list_request(status, "tok")
     assert listing.url == f"https://api.github.com/repos/fluxcd/podinfo/commits/{SHA}/statuses?per_page=50"
@@ -229,7 +229,7 @@ def test_commit_revision_lookup_order() -> None:
 
 
 def test_duplicate_github_status_first_matching_context_decides() -> None:
-    status = GitHubStatus(SHA, "success", "d", "ctx")
+    status = CommitStatus(SHA, "success", "d", "ctx")
     assert duplicate_github_status([{"context": "ctx", "state": "success", "description": "d"}], status)
     assert not duplicate_github_status([{"context": "ctx", "state": "failure", "description": "d"}], status)
     listing = [

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from notification_controller.api.provider import ProviderType
-from notification_controller.providers.git.gitlab import GitLabNotifier, GitLabStatus, duplicate_gitlab_status
+from notification_controller.providers.git.base import CommitStatus
+from notification_controller.providers.git.gitlab import GitLabNotifier, duplicate_gitlab_status
 from tests.providers.case import ProviderCase
 from tests.providers.git_support import (
     DESCRIPTION,
@@ -83,7 +84,9 @@ def test_gitlab_requests_and_duplicates() -> None:
         opts(ProviderType.GITLAB, address="https://gitlab.com/group/sub/proj.git", token="glpat")
     )
     status = notifier.build_status(make_event(severity="error", reason="HealthCheckFailed"))
-    assert status == GitLabStatus(SHA, "failed", "health check failed", "kustomization/podinfo/0c9c2e41")
+    assert status == CommitStatus(
+        SHA, "failed", "health check failed", "kustomization/podinfo/0c9c2e41", "kustomization/podinfo"
+    )
     listing = notifier.list_request(status)
     assert listing.url == (
         f"https://gitlab.com/api/v4/projects/group%2Fsub%2Fproj/repository/commits/{SHA}/statuses"
@@ -95,6 +98,6 @@ def test_gitlab_requests_and_duplicates() -> None:
     assert create.body == (
         b'{"state":"failed","name":"kustomization/podinfo/0c9c2e41","description":"health check failed"}'
     )
-    same = {"sha": SHA, "status": "failed", "description": "health check failed", "name": status.name}
+    same = {"sha": SHA, "status": "failed", "description": "health check failed", "name": status.id}
     assert duplicate_gitlab_status([{"sha": "x"}, same], status)
     assert not duplicate_gitlab_status([{**same, "status": "success"}], status)

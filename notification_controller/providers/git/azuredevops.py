@@ -16,7 +16,7 @@ location first).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
 from typing import Any, ClassVar
 
 from ...api.event import Event
@@ -28,14 +28,10 @@ from ..base import ProviderOptions
 from ..common import Caller, basic_auth, go_json, go_quote, json_list, path_segment, rewrap, str_field
 from ..identity import AZURE_SCOPE_DEVOPS, azure_access_token
 from .base import (
+    CommitStatus,
     CommitStatusNotifier,
-    commit_sha,
-    commit_status_id,
-    format_name_and_description,
-    is_progressing,
     parse_git_address,
     require_web_host,
-    severity_state,
     split_repo_id,
 )
 
@@ -43,24 +39,11 @@ API_VERSION = "6.0"
 GENRE = "fluxcd"
 
 
-@dataclass(frozen=True)
-class AzureDevOpsStatus:
-    sha: str
-    state: str
-    description: str
-    name: str
-    genre: str
-
-
-def azure_devops_state(event: Event) -> str:
-    return severity_state(event, "succeeded", "error", "azure devops")
-
-
-def duplicate_azure_devops_status(statuses: list[dict[str, Any]], status: AzureDevOpsStatus) -> bool:
+def duplicate_azure_devops_status(statuses: list[dict[str, Any]], status: CommitStatus) -> bool:
     """The first listed status with the same context name and genre decides."""
     for item in statuses:
         if (
-            str_field(item, "context", "name") == status.name
+            str_field(item, "context", "name") == status.id
             and str_field(item, "context", "genre") == status.genre
         ):
             return (
@@ -70,7 +53,9 @@ def duplicate_azure_devops_status(statuses: list[dict[str, Any]], status: AzureD
     return False
 
 
-class AzureDevOpsNotifier(CommitStatusNotifier[AzureDevOpsStatus]):
+class AzureDevOpsNotifier(CommitStatusNotifier):
+    forge: ClassVar[str] = "azure devops"
+    states: ClassVar[tuple[str, str]] = ("succeeded", "error")
     type: ClassVar[ProviderType] = ProviderType.AZURE_DEVOPS
     uses_proxy: ClassVar[bool] = False
     uses_tls: ClassVar[bool] = True
@@ -98,25 +83,21 @@ class AzureDevOpsNotifier(CommitStatusNotifier[AzureDevOpsStatus]):
             headers["Content-Type"] = "application/json"
         return headers
 
-    def build_status(self, event: Event, commit_status: str = "") -> AzureDevOpsStatus | None:
-        if is_progressing(event):
+    def build_status(self, event: Event, commit_status: str = "") -> CommitStatus | None:
+        """The context genre carries the event's ``summary`` metadata when there is one."""
+        status = super().build_status(event, commit_status)
+        if status is None:
             return None
-        sha = commit_sha(event)
-        state = azure_devops_state(event)
-        _, description = format_name_and_description(event)
         summary = event.metadata.get("summary")
-        genre = f"{GENRE}:{summary}" if summary else GENRE
-        return AzureDevOpsStatus(
-            sha, state, description, commit_status_id(self.opts, event, commit_status), genre
-        )
+        return dataclasses.replace(status, name="", genre=f"{GENRE}:{summary}" if summary else GENRE)
 
-    def list_request(self, status: AzureDevOpsStatus, token: str = "") -> OutboundRequest:
+    def list_request(self, status: CommitStatus, token: str = "") -> OutboundRequest:
         return OutboundRequest("GET", self._url(status.sha), self._headers(token or self.token))
 
-    def create_request(self, status: AzureDevOpsStatus, token: str = "") -> OutboundRequest:
+    def create_request(self, status: CommitStatus, token: str = "") -> OutboundRequest:
         body = go_json(
             GoStruct(
-                context=GoStruct(genre=status.genre, name=status.name),
+                context=GoStruct(genre=status.genre, name=status.id),
                 description=status.description,
                 state=status.state,
             )
@@ -125,7 +106,7 @@ class AzureDevOpsNotifier(CommitStatusNotifier[AzureDevOpsStatus]):
             "POST", self._url(status.sha), self._headers(token or self.token, body=True), body
         )
 
-    def is_duplicate(self, existing: Any, status: AzureDevOpsStatus) -> bool:
+    def is_duplicate(self, existing: Any, status: CommitStatus) -> bool:
         values = existing.get("value") if isinstance(existing, dict) else existing
         return duplicate_azure_devops_status(json_list(values), status)
 

@@ -11,7 +11,7 @@ import abc
 import dataclasses
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 from ...api.event import MD_CHANGE_REQUEST, Event
@@ -25,9 +25,6 @@ from ..base import DeliveryContext, ProviderOptions
 from ..common import Caller, go_quote, is_not_found
 from ..formatting import format_name_and_description as format_name_and_description  # re-export
 from ..formatting import split_camelcase as split_camelcase  # re-export
-
-if TYPE_CHECKING:
-    from _typeshed import DataclassInstance
 
 PROGRESSING = "Progressing"
 SEVERITY_INFO = "info"
@@ -222,40 +219,63 @@ def change_request_number(event: Event) -> int:
 
 
 # ----------------------------------------------------------------------------------------------------
-# The commit-status family: list -> dedupe -> create, once
+# The commit-status family: build -> list -> dedupe -> create, once
 # ----------------------------------------------------------------------------------------------------
 
-S = TypeVar("S", bound="DataclassInstance")
+
+@dataclass(frozen=True)
+class CommitStatus:
+    """What a forge is asked to show on a commit. ``id`` is the commit status id (GitHub's and Gitea's
+    ``context``, GitLab's and Azure DevOps' ``name``; Bitbucket's ``key`` is its SHA-1); ``name`` is the
+    display name where the forge has one (Bitbucket), ``genre`` Azure DevOps' context genre."""
+
+    sha: str
+    state: str
+    description: str
+    id: str
+    name: str = ""
+    genre: str = ""
 
 
-class CommitStatusNotifier(abc.ABC, Generic[S]):
+class CommitStatusNotifier(abc.ABC):
     """A forge's commit status (reference §4.x): build the status, read what the forge has (one request),
     stop if the same status is already set, else create it — under one ``spec.timeout`` budget.
 
-    A forge supplies the status it wants (``build_status``), the two requests, the duplicate rule and,
-    when the API needs one minted per delivery, ``credential`` (a token); the flow and its error texts
-    (``list_what``/``create_what``, Flux's) live here. ``missing_is_empty``: the forge answers 404 when no
-    status exists yet (Bitbucket reads one status by key).
+    A forge states its ``states`` (the info and error state names), the two requests, the duplicate rule
+    and, when the API needs one minted per delivery, ``credential`` (a token); it overrides ``build_status``
+    only where Flux builds the status differently. The flow and its error texts (``list_what``/
+    ``create_what``, Flux's) live here. ``missing_is_empty``: the forge answers 404 when no status exists
+    yet (Bitbucket reads one status by key).
     """
 
     opts: ProviderOptions
+    forge: ClassVar[str]  # in "can't convert to <forge> state"
+    states: ClassVar[tuple[str, str]]  # the forge's state for info and for error events
     list_what: ClassVar[str] = "could not list commit statuses"
     create_what: ClassVar[str] = "could not create commit status"
     missing_is_empty: ClassVar[bool] = False
     api_proxy: ClassVar[bool] = False  # the forge API through spec.proxy (Gitea)
 
-    @abc.abstractmethod
-    def build_status(self, event: Event, commit_status: str = "") -> S | None:
+    def state(self, event: Event) -> str:
+        return severity_state(event, *self.states, self.forge)
+
+    def build_status(self, event: Event, commit_status: str = "") -> CommitStatus | None:
         """The status for ``event``, or None when the event sets none (``Progressing``)."""
+        if is_progressing(event):
+            return None
+        sha = commit_sha(event)
+        state = self.state(event)
+        name, description = format_name_and_description(event)
+        return CommitStatus(sha, state, description, commit_status_id(self.opts, event, commit_status), name)
 
     @abc.abstractmethod
-    def list_request(self, status: S, token: str = "") -> OutboundRequest: ...
+    def list_request(self, status: CommitStatus, token: str = "") -> OutboundRequest: ...
 
     @abc.abstractmethod
-    def create_request(self, status: S, token: str = "") -> OutboundRequest: ...
+    def create_request(self, status: CommitStatus, token: str = "") -> OutboundRequest: ...
 
     @abc.abstractmethod
-    def is_duplicate(self, existing: Any, status: S) -> bool:
+    def is_duplicate(self, existing: Any, status: CommitStatus) -> bool:
         """Whether the forge's answer to ``list_request`` already holds ``status``."""
 
     def api_tls(self) -> bool:

@@ -17,8 +17,8 @@ slash is tolerated. Provider and Secret keys stay exactly Flux's, so manifests r
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from dataclasses import dataclass
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
@@ -31,13 +31,9 @@ from ..base import ProviderOptions
 from ..common import Caller, basic_auth, go_json, go_quote, path_segment, str_field
 from ..validation import require_url
 from .base import (
+    CommitStatus,
     CommitStatusNotifier,
-    commit_sha,
-    commit_status_id,
-    format_name_and_description,
-    is_progressing,
     parse_git_address,
-    severity_state,
     split_repo_id,
 )
 from .forges import sha1_hex
@@ -59,20 +55,7 @@ def bitbucket_api_base() -> str:
     return f"{parts.scheme}://{host}{parts.path}".rstrip("/")
 
 
-@dataclass(frozen=True)
-class BitbucketStatus:
-    sha: str
-    key: str
-    state: str
-    name: str
-    description: str
-
-
-def bitbucket_state(event: Event) -> str:
-    return severity_state(event, "SUCCESSFUL", "FAILED", "bitbucket")
-
-
-def duplicate_bitbucket_status(existing: Any, status: BitbucketStatus) -> bool:
+def duplicate_bitbucket_status(existing: Any, status: CommitStatus) -> bool:
     """The status stored under our key has the same state and description."""
     if not isinstance(existing, dict):
         return False
@@ -81,7 +64,9 @@ def duplicate_bitbucket_status(existing: Any, status: BitbucketStatus) -> bool:
     ) == status.description
 
 
-class BitbucketNotifier(CommitStatusNotifier[BitbucketStatus]):
+class BitbucketNotifier(CommitStatusNotifier):
+    forge: ClassVar[str] = "bitbucket"
+    states: ClassVar[tuple[str, str]] = ("SUCCESSFUL", "FAILED")
     list_what: ClassVar[str] = "could not get commit status"
     missing_is_empty: ClassVar[bool] = True  # the status is read by key: 404 = not set yet
     type: ClassVar[ProviderType] = ProviderType.BITBUCKET
@@ -114,23 +99,18 @@ class BitbucketNotifier(CommitStatusNotifier[BitbucketStatus]):
             headers["Content-Type"] = "application/json"
         return headers
 
-    def build_status(self, event: Event, commit_status: str = "") -> BitbucketStatus | None:
-        if is_progressing(event):
-            return None
-        sha = commit_sha(event)
-        state = bitbucket_state(event)
-        name, description = format_name_and_description(event)
-        return BitbucketStatus(
-            sha, sha1_hex(commit_status_id(self.opts, event, commit_status)), state, name, description
-        )
+    def build_status(self, event: Event, commit_status: str = "") -> CommitStatus | None:
+        """The key is the SHA-1 of the commit status id (Bitbucket limits its length)."""
+        status = super().build_status(event, commit_status)
+        return dataclasses.replace(status, id=sha1_hex(status.id)) if status is not None else None
 
-    def list_request(self, status: BitbucketStatus, token: str = "") -> OutboundRequest:
-        return OutboundRequest("GET", self._url(status.sha, path_segment(status.key)), self._headers())
+    def list_request(self, status: CommitStatus, token: str = "") -> OutboundRequest:
+        return OutboundRequest("GET", self._url(status.sha, path_segment(status.id)), self._headers())
 
-    def create_request(self, status: BitbucketStatus, token: str = "") -> OutboundRequest:
+    def create_request(self, status: CommitStatus, token: str = "") -> OutboundRequest:
         body = go_json(
             GoStruct(
-                key=status.key,
+                key=status.id,
                 url="https://bitbucket.org",
                 state=status.state,
                 name=status.name,
@@ -139,7 +119,7 @@ class BitbucketNotifier(CommitStatusNotifier[BitbucketStatus]):
         )
         return OutboundRequest("POST", self._url(status.sha), self._headers(body=True), body)
 
-    def is_duplicate(self, existing: Any, status: BitbucketStatus) -> bool:
+    def is_duplicate(self, existing: Any, status: CommitStatus) -> bool:
         return duplicate_bitbucket_status(existing, status)
 
     async def credential(self, call: Caller) -> str:

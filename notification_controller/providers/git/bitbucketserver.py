@@ -13,7 +13,6 @@ TLS settings apply; the proxy does not (as in Flux).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, ClassVar
 from urllib.parse import quote, urlsplit, urlunsplit
 
@@ -25,6 +24,7 @@ from ...outbound import OutboundRequest
 from ..base import ProviderOptions
 from ..common import basic_auth, go_json, go_quote, path_segment, str_field
 from .base import (
+    CommitStatus,
     CommitStatusNotifier,
     commit_sha,
     commit_status_id,
@@ -74,15 +74,6 @@ def without_userinfo(address: str) -> str:
     return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
-@dataclass(frozen=True)
-class BitbucketServerStatus:
-    sha: str
-    key: str
-    state: str
-    name: str
-    description: str
-
-
 def bitbucket_server_state(event: Event) -> str:
     if event.severity == "info":
         return "SUCCESSFUL"
@@ -94,18 +85,18 @@ def bitbucket_server_state(event: Event) -> str:
     )
 
 
-def duplicate_bitbucket_server_status(existing: Any, status: BitbucketServerStatus) -> bool:
+def duplicate_bitbucket_server_status(existing: Any, status: CommitStatus) -> bool:
     if not isinstance(existing, dict):
         return False
     return (
-        (str_field(existing, "key") or "") == status.key
+        (str_field(existing, "key") or "") == status.id
         and (str_field(existing, "state") or "") == status.state
         and (str_field(existing, "description") or "") == status.description
         and (str_field(existing, "name") or "") == status.name
     )
 
 
-class BitbucketServerNotifier(CommitStatusNotifier[BitbucketServerStatus]):
+class BitbucketServerNotifier(CommitStatusNotifier):
     list_what: ClassVar[str] = (
         "could not get existing commit status: failed api call to check duplicate commit status"
     )
@@ -136,7 +127,7 @@ class BitbucketServerNotifier(CommitStatusNotifier[BitbucketServerStatus]):
             headers["Content-Type"] = "application/json"
         return headers
 
-    def build_status(self, event: Event, commit_status: str = "") -> BitbucketServerStatus | None:
+    def build_status(self, event: Event, commit_status: str = "") -> CommitStatus | None:
         if is_progressing(event):
             return None
         try:
@@ -147,27 +138,22 @@ class BitbucketServerNotifier(CommitStatusNotifier[BitbucketServerStatus]):
             raise PermanentDeliveryError(f"could not parse revision: {exc}", reason=exc.reason) from None
         state = bitbucket_server_state(event)
         name, description = format_name_and_description(event)
-        return BitbucketServerStatus(
-            sha,
-            sha1_hex(commit_status_id(self.opts, event, commit_status)),
-            state,
-            f"{name} [{description}]",
-            description,
-        )
+        key = sha1_hex(commit_status_id(self.opts, event, commit_status))
+        return CommitStatus(sha, state, description, key, f"{name} [{description}]")
 
     def builds_url(self, sha: str) -> str:
         return f"{self.commits_url}/{path_segment(sha)}/builds"
 
-    def list_request(self, status: BitbucketServerStatus, token: str = "") -> OutboundRequest:
+    def list_request(self, status: CommitStatus, token: str = "") -> OutboundRequest:
         return OutboundRequest(
-            "GET", f"{self.builds_url(status.sha)}?key={quote(status.key, safe='')}", self._headers()
+            "GET", f"{self.builds_url(status.sha)}?key={quote(status.id, safe='')}", self._headers()
         )
 
-    def create_request(self, status: BitbucketServerStatus, token: str = "") -> OutboundRequest:
+    def create_request(self, status: CommitStatus, token: str = "") -> OutboundRequest:
         payload = GoStruct()
         if status.description:
             payload["description"] = status.description
-        payload["key"] = status.key
+        payload["key"] = status.id
         if status.name:
             payload["name"] = status.name
         payload["state"] = status.state
@@ -175,5 +161,5 @@ class BitbucketServerNotifier(CommitStatusNotifier[BitbucketServerStatus]):
         body = go_json(payload, newline=True)
         return OutboundRequest("POST", self.builds_url(status.sha), self._headers(body=True), body)
 
-    def is_duplicate(self, existing: Any, status: BitbucketServerStatus) -> bool:
+    def is_duplicate(self, existing: Any, status: CommitStatus) -> bool:
         return duplicate_bitbucket_server_status(existing, status)

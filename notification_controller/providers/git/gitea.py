@@ -12,7 +12,6 @@ built; we build notifiers without I/O and skip that call (it only gates SDK feat
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ...api.event import Event
@@ -22,6 +21,7 @@ from ...outbound import OutboundRequest
 from ..base import ProviderOptions
 from ..common import go_json, json_list, path_segment, str_field
 from .base import (
+    CommitStatus,
     CommitStatusNotifier,
     commit_sha,
     commit_status_id,
@@ -32,21 +32,7 @@ from .base import (
 from .forges import GiteaRepo, gitea_headers, gitea_token
 
 
-@dataclass(frozen=True)
-class GiteaStatus:
-    sha: str
-    state: str
-    description: str
-    context: str
-
-
-def gitea_state(event: Event) -> str:
-    if is_progressing(event):
-        return "pending"
-    return severity_state(event, "success", "failure", "gitea")
-
-
-def duplicate_gitea_status(statuses: list[dict[str, Any]], status: GiteaStatus) -> bool:
+def duplicate_gitea_status(statuses: list[dict[str, Any]], status: CommitStatus) -> bool:
     """The first listed status with our context (and non-empty fields) decides."""
     for item in statuses:
         context, state, description = (
@@ -58,12 +44,14 @@ def duplicate_gitea_status(statuses: list[dict[str, Any]], status: GiteaStatus) 
             state = str_field(item, "state")
         if not context or not state or not description:
             continue
-        if context == status.context:
+        if context == status.id:
             return state == status.state and description == status.description
     return False
 
 
-class GiteaNotifier(CommitStatusNotifier[GiteaStatus]):
+class GiteaNotifier(CommitStatusNotifier):
+    forge: ClassVar[str] = "gitea"
+    states: ClassVar[tuple[str, str]] = ("success", "failure")
     api_proxy: ClassVar[bool] = True
     type: ClassVar[ProviderType] = ProviderType.GITEA
     uses_proxy: ClassVar[bool] = True
@@ -74,24 +62,26 @@ class GiteaNotifier(CommitStatusNotifier[GiteaStatus]):
         self.token = gitea_token(opts)
         self.repo = GiteaRepo.from_address(opts.address)
 
-    def build_status(self, event: Event, commit_status: str = "") -> GiteaStatus:
-        sha = commit_sha(event)
-        state = gitea_state(event)
-        _, description = format_name_and_description(event)
-        return GiteaStatus(sha, state, description, commit_status_id(self.opts, event, commit_status))
+    def state(self, event: Event) -> str:
+        return "pending" if is_progressing(event) else severity_state(event, *self.states, self.forge)
 
-    def list_request(self, status: GiteaStatus, token: str = "") -> OutboundRequest:
+    def build_status(self, event: Event, commit_status: str = "") -> CommitStatus:
+        """Unlike the other forges, a ``Progressing`` event sets a ``pending`` status."""
+        sha = commit_sha(event)
+        state = self.state(event)
+        _, description = format_name_and_description(event)
+        return CommitStatus(sha, state, description, commit_status_id(self.opts, event, commit_status))
+
+    def list_request(self, status: CommitStatus, token: str = "") -> OutboundRequest:
         url = self.repo.url("commits", path_segment(status.sha), "statuses") + "?page=0&limit=50"
         return OutboundRequest("GET", url, gitea_headers(self.token))
 
-    def create_request(self, status: GiteaStatus, token: str = "") -> OutboundRequest:
+    def create_request(self, status: CommitStatus, token: str = "") -> OutboundRequest:
         body = go_json(
-            GoStruct(
-                state=status.state, target_url="", description=status.description, context=status.context
-            )
+            GoStruct(state=status.state, target_url="", description=status.description, context=status.id)
         )
         url = self.repo.url("statuses", path_segment(status.sha))
         return OutboundRequest("POST", url, gitea_headers(self.token, body=True), body)
 
-    def is_duplicate(self, existing: Any, status: GiteaStatus) -> bool:
+    def is_duplicate(self, existing: Any, status: CommitStatus) -> bool:
         return duplicate_gitea_status(json_list(existing), status)

@@ -11,40 +11,19 @@ GitHub App token exchange.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ...api.event import Event
 from ...api.provider import ProviderType
 from ...core.gojson import GoStruct
 from ...outbound import OutboundRequest
 from ..base import ProviderOptions
 from ..common import Caller, go_json, json_list, path_segment, str_field
-from .base import (
-    CommitStatusNotifier,
-    commit_sha,
-    commit_status_id,
-    format_name_and_description,
-    is_progressing,
-    severity_state,
-)
+from .base import CommitStatus, CommitStatusNotifier
 from .forges import GitHubRepo
 from .githubapp import GitHubAuth, github_headers
 
 
-@dataclass(frozen=True)
-class GitHubStatus:
-    sha: str
-    state: str
-    description: str
-    context: str
-
-
-def github_state(event: Event) -> str:
-    return severity_state(event, "success", "failure", "github")
-
-
-def duplicate_github_status(statuses: list[dict[str, Any]], status: GitHubStatus) -> bool:
+def duplicate_github_status(statuses: list[dict[str, Any]], status: CommitStatus) -> bool:
     """The FIRST listed status with our context decides: same state and description → duplicate."""
     for item in statuses:
         context, state, description = (
@@ -54,13 +33,15 @@ def duplicate_github_status(statuses: list[dict[str, Any]], status: GitHubStatus
         )
         if context is None or state is None or description is None:
             continue
-        if context == status.context:
+        if context == status.id:
             return state == status.state and description == status.description
     return False
 
 
-class GitHubNotifier(CommitStatusNotifier[GitHubStatus]):
+class GitHubNotifier(CommitStatusNotifier):
     type: ClassVar[ProviderType] = ProviderType.GITHUB
+    forge: ClassVar[str] = "github"
+    states: ClassVar[tuple[str, str]] = ("success", "failure")
     uses_proxy: ClassVar[bool] = False
     uses_tls: ClassVar[bool] = True  # TLS for GitHub Enterprise only; proxy only for the GitHub App token
 
@@ -69,29 +50,20 @@ class GitHubNotifier(CommitStatusNotifier[GitHubStatus]):
         self.auth = GitHubAuth(opts)
         self.repo = GitHubRepo.from_address(opts.address)
 
-    def build_status(self, event: Event, commit_status: str = "") -> GitHubStatus | None:
-        """The status to set for ``event``, or None when the event is skipped (``Progressing``)."""
-        if is_progressing(event):
-            return None
-        sha = commit_sha(event)
-        state = github_state(event)
-        _, description = format_name_and_description(event)
-        return GitHubStatus(sha, state, description, commit_status_id(self.opts, event, commit_status))
-
-    def list_request(self, status: GitHubStatus, token: str = "") -> OutboundRequest:
+    def list_request(self, status: CommitStatus, token: str = "") -> OutboundRequest:
         url = self.repo.url("commits", path_segment(status.sha), "statuses") + "?per_page=50"
         return OutboundRequest("GET", url, github_headers(token))
 
-    def create_request(self, status: GitHubStatus, token: str = "") -> OutboundRequest:
+    def create_request(self, status: CommitStatus, token: str = "") -> OutboundRequest:
         body = go_json(
-            GoStruct(state=status.state, description=status.description, context=status.context),
+            GoStruct(state=status.state, description=status.description, context=status.id),
             escape_html=False,
             newline=True,
         )
         url = self.repo.url("statuses", path_segment(status.sha))
         return OutboundRequest("POST", url, github_headers(token, body=True), body)
 
-    def is_duplicate(self, existing: Any, status: GitHubStatus) -> bool:
+    def is_duplicate(self, existing: Any, status: CommitStatus) -> bool:
         return duplicate_github_status(json_list(existing), status)
 
     def api_tls(self) -> bool:

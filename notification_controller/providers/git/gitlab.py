@@ -10,51 +10,32 @@ name; else ``POST /projects/{id}/statuses/{sha}`` with ``{"state","name","descri
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, ClassVar
 from urllib.parse import quote
 
-from ...api.event import Event
 from ...api.provider import ProviderType
 from ...core.gojson import GoStruct
 from ...outbound import OutboundRequest
 from ..base import ProviderOptions
 from ..common import go_json, json_list, path_segment, str_field
-from .base import (
-    CommitStatusNotifier,
-    commit_sha,
-    commit_status_id,
-    format_name_and_description,
-    is_progressing,
-    severity_state,
-)
+from .base import CommitStatus, CommitStatusNotifier
 from .forges import GitLabProject, gitlab_headers, gitlab_token
 
 
-@dataclass(frozen=True)
-class GitLabStatus:
-    sha: str
-    state: str
-    description: str
-    name: str
-
-
-def gitlab_state(event: Event) -> str:
-    return severity_state(event, "success", "failed", "gitlab")
-
-
-def duplicate_gitlab_status(statuses: list[dict[str, Any]], status: GitLabStatus) -> bool:
+def duplicate_gitlab_status(statuses: list[dict[str, Any]], status: CommitStatus) -> bool:
     """ANY listed status with the same sha, status, description and name is a duplicate."""
     return any(
         str_field(s, "sha") == status.sha
         and str_field(s, "status") == status.state
         and str_field(s, "description") == status.description
-        and str_field(s, "name") == status.name
+        and str_field(s, "name") == status.id
         for s in statuses
     )
 
 
-class GitLabNotifier(CommitStatusNotifier[GitLabStatus]):
+class GitLabNotifier(CommitStatusNotifier):
+    forge: ClassVar[str] = "gitlab"
+    states: ClassVar[tuple[str, str]] = ("success", "failed")
     list_what: ClassVar[str] = "unable to list commit status"
     create_what: ClassVar[str] = "could not set commit status"
     type: ClassVar[ProviderType] = ProviderType.GITLAB
@@ -66,22 +47,14 @@ class GitLabNotifier(CommitStatusNotifier[GitLabStatus]):
         self.token = gitlab_token(opts)
         self.project = GitLabProject.from_address(opts.address)
 
-    def build_status(self, event: Event, commit_status: str = "") -> GitLabStatus | None:
-        if is_progressing(event):
-            return None
-        sha = commit_sha(event)
-        state = gitlab_state(event)
-        _, description = format_name_and_description(event)
-        return GitLabStatus(sha, state, description, commit_status_id(self.opts, event, commit_status))
-
-    def list_request(self, status: GitLabStatus, token: str = "") -> OutboundRequest:
+    def list_request(self, status: CommitStatus, token: str = "") -> OutboundRequest:
         url = self.project.url("repository", "commits", path_segment(status.sha), "statuses")
-        return OutboundRequest("GET", f"{url}?name={quote(status.name, safe='')}", gitlab_headers(self.token))
+        return OutboundRequest("GET", f"{url}?name={quote(status.id, safe='')}", gitlab_headers(self.token))
 
-    def create_request(self, status: GitLabStatus, token: str = "") -> OutboundRequest:
-        body = go_json(GoStruct(state=status.state, name=status.name, description=status.description))
+    def create_request(self, status: CommitStatus, token: str = "") -> OutboundRequest:
+        body = go_json(GoStruct(state=status.state, name=status.id, description=status.description))
         url = self.project.url("statuses", path_segment(status.sha))
         return OutboundRequest("POST", url, gitlab_headers(self.token, body=True), body)
 
-    def is_duplicate(self, existing: Any, status: GitLabStatus) -> bool:
+    def is_duplicate(self, existing: Any, status: CommitStatus) -> bool:
         return duplicate_gitlab_status(json_list(existing), status)
