@@ -18,9 +18,11 @@ import contextlib
 import time
 from collections.abc import Callable, Hashable, Iterator, Sequence
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
+from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.registry import Collector
+
+from ..lib.promdefs import counter, gauge, histogram
 
 _Key = tuple[str, str, str]  # (kind, name, namespace)
 
@@ -91,42 +93,42 @@ class ControllerRuntimeMetrics:
     """``controller_runtime_*`` of controller-runtime, per controller (the lowercase kind)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.total = Counter(
+        self.total = counter(
+            registry,
             "controller_runtime_reconcile_total",
             "Total number of reconciliations per controller",
             ["controller", "result"],
-            registry=registry,
         )
-        self.errors = Counter(
+        self.errors = counter(
+            registry,
             "controller_runtime_reconcile_errors_total",
             "Total number of reconciliation errors per controller",
             ["controller"],
-            registry=registry,
         )
-        self.panics = Counter(
+        self.panics = counter(
+            registry,
             "controller_runtime_reconcile_panics_total",
             "Total number of reconciliation panics per controller",
             ["controller"],
-            registry=registry,
         )
-        self.time = Histogram(
+        self.time = histogram(
+            registry,
             "controller_runtime_reconcile_time_seconds",
             "Length of time per reconciliation per controller",
             ["controller"],
             buckets=RECONCILE_TIME_BUCKETS,
-            registry=registry,
         )
-        self.max_concurrent = Gauge(
+        self.max_concurrent = gauge(
+            registry,
             "controller_runtime_max_concurrent_reconciles",
             "Maximum number of concurrent reconciles per controller",
             ["controller"],
-            registry=registry,
         )
-        self.active_workers = Gauge(
+        self.active_workers = gauge(
+            registry,
             "controller_runtime_active_workers",
             "Number of currently used workers per controller",
             ["controller"],
-            registry=registry,
         )
         # controller-runtime's registry also carries the process collector; a registry that has one
         # already (prometheus_client's global default) keeps it.
@@ -159,48 +161,45 @@ class WorkQueueMetrics:
     def __init__(self, registry: CollectorRegistry, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
         labels = ["name", "controller"]
-        self.depth = Gauge(
+        self.depth = gauge(
+            registry,
             "workqueue_depth",
             "Current depth of workqueue by workqueue and priority",
             [*labels, "priority"],
-            registry=registry,
         )
-        self.adds = Counter(
-            "workqueue_adds_total", "Total number of adds handled by workqueue", labels, registry=registry
+        self.adds = counter(
+            registry, "workqueue_adds_total", "Total number of adds handled by workqueue", labels
         )
-        self.latency = Histogram(
+        self.latency = histogram(
+            registry,
             "workqueue_queue_duration_seconds",
             "How long in seconds an item stays in workqueue before being requested",
             labels,
             buckets=WORKQUEUE_BUCKETS,
-            registry=registry,
         )
-        self.work_duration = Histogram(
+        self.work_duration = histogram(
+            registry,
             "workqueue_work_duration_seconds",
             "How long in seconds processing an item from workqueue takes.",
             labels,
             buckets=WORKQUEUE_BUCKETS,
-            registry=registry,
         )
-        self.unfinished = Gauge(
+        self.unfinished = gauge(
+            registry,
             "workqueue_unfinished_work_seconds",
             "How many seconds of work has been done that is in progress and hasn't been observed by "
             "work_duration. Large values indicate stuck threads. One can deduce the number of stuck "
             "threads by observing the rate at which this increases.",
             labels,
-            registry=registry,
         )
-        self.longest = Gauge(
+        self.longest = gauge(
+            registry,
             "workqueue_longest_running_processor_seconds",
             "How many seconds has the longest running processor for workqueue been running.",
             labels,
-            registry=registry,
         )
-        self.retries = Counter(
-            "workqueue_retries_total",
-            "Total number of retries handled by workqueue",
-            labels,
-            registry=registry,
+        self.retries = counter(
+            registry, "workqueue_retries_total", "Total number of retries handled by workqueue", labels
         )
 
     def for_queue(self, name: str) -> QueueMetrics:

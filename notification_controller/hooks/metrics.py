@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry
+
+from ..lib.promdefs import counter, histogram
 
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
@@ -25,18 +27,18 @@ class Outcome(StrEnum):
 
 class HookMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.calls = Counter(
+        self.calls = counter(
+            registry,
             "notification_hook_calls_total",
             "Hook calls by phase, hook name and outcome (ok, changed, dropped, error, timeout, continued).",
             ["phase", "hook", "outcome"],
-            registry=registry,
         )
-        self.duration = Histogram(
+        self.duration = histogram(
+            registry,
             "notification_hook_duration_seconds",
             "Duration of a hook call, retries included.",
             ["phase", "hook"],
             buckets=BUCKETS,
-            registry=registry,
         )
 
     def observe(self, phase: str, hook: str, outcome: Outcome, seconds: float) -> None:

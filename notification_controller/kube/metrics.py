@@ -7,16 +7,18 @@ ones. ``host`` is the API server's ``host:port``, ``code`` the status or ``<erro
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry
+
+from ..lib.promdefs import counter
 
 
 class RestClientMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.requests = Counter(
+        self.requests = counter(
+            registry,
             "rest_client_requests_total",
             "Number of HTTP requests, partitioned by status code, method, and host.",
             ["code", "method", "host"],
-            registry=registry,
         )
 
     def observe(self, code: str, method: str, host: str) -> None:

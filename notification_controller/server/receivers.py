@@ -36,13 +36,14 @@ from typing import Any
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry
 
 from ..api.receiver import Receiver
 from ..core.clock import Clock, SystemClock
 from ..core.conditions import is_ready
 from ..core.webhook import HOOK_PREFIX, path_digest_prefix
 from ..errors import StoreError, VerificationError
+from ..lib.promdefs import DEFAULT_BUCKETS, counter, histogram, http_server_metrics
 from ..outbound import OutboundHTTP
 from ..receivers import registry
 from ..receivers.base import GCRSettings, HookRequest, RawHeaders, VerifyContext
@@ -56,7 +57,6 @@ log = logging.getLogger(__name__)
 
 MAX_BODY = 3 * 1024 * 1024
 HANDLER_LABEL = "/hook/"
-DEFAULT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "CONNECT", "TRACE"})
 
 
@@ -168,31 +168,21 @@ class ReceiverMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
-        self.http_duration = Histogram(
-            "gotk_receiver_http_request_duration_seconds",
-            "Duration of receiver HTTP requests.",
-            ["service", "handler", "method", "code"],
-            buckets=DEFAULT_BUCKETS,
-            registry=registry,
+        self.http_duration, _, self.http_inflight = http_server_metrics(
+            registry, "gotk_receiver", "receiver", response_size=False
         )
-        self.http_inflight = Gauge(
-            "gotk_receiver_http_requests_inflight",
-            "Receiver requests being served.",
-            ["service", "handler"],
-            registry=registry,
-        )
-        self.requests = Counter(
+        self.requests = counter(
+            registry,
             "notification_receiver_requests_total",
             "Webhook requests by receiver type and outcome.",
             ["type", "outcome"],
-            registry=registry,
         )
-        self.patch_duration = Histogram(
+        self.patch_duration = histogram(
+            registry,
             "notification_receiver_patch_duration_seconds",
             "Time to resolve and annotate the targets of one webhook request.",
             ["type"],
             buckets=DEFAULT_BUCKETS,
-            registry=registry,
         )
 
 
