@@ -33,7 +33,6 @@ from .core.redact import Redactor
 from .dispatch.dispatcher import Dispatcher, DispatchSettings
 from .dispatch.duplicates import SharedDuplicateWindow
 from .dispatch.durable import DurableSettings
-from .dispatch.durable import RetryPolicy as DeliveryRetry
 from .dispatch.labels import LabelCache, LabelCacheSettings
 from .dispatch.noise import AfterStage, AsyncStage, NoiseControl
 from .dispatch.outbox import DurableOutbox
@@ -131,14 +130,7 @@ class App:
             self.store,
             self.cluster,
             self.clock,
-            ControllerSettings(
-                concurrent=s.kube.concurrent,
-                min_retry_delay=s.kube.min_retry_delay,
-                max_retry_delay=s.kube.max_retry_delay,
-                resync_interval=s.kube.resync_interval,
-                no_cross_namespace_refs=s.events.no_cross_namespace_refs,
-                alert_provider_status=s.kube.alert_provider_status,
-            ),
+            ControllerSettings.of(s),
             registry=self.registry,
             redactor=self.redactor,
             recorder=self.recorder,
@@ -151,13 +143,7 @@ class App:
             self.http,
             self.recorder,
             self.metrics,
-            DispatchSettings(
-                no_cross_namespace_refs=s.events.no_cross_namespace_refs,
-                max_pending=s.events.max_pending,
-                provider_concurrency=s.events.provider_concurrency,
-                object_level_workload_identity=s.gate("ObjectLevelWorkloadIdentity"),
-                default_service_account=s.kube.default_service_account,
-            ),
+            DispatchSettings.of(s),
             pre_send=[self.hooks.pre_dispatch],
             redactor=self.redactor,
             tokens=(
@@ -168,11 +154,7 @@ class App:
             labels=LabelCache(
                 self.cluster,
                 self.metrics,
-                LabelCacheSettings(
-                    ttl=s.events.label_cache_ttl,
-                    max_entries=s.events.label_cache_size,
-                    concurrency=s.events.label_lookup_concurrency,
-                ),
+                LabelCacheSettings.of(s.events),
                 clock=self.clock,
             ),
         )
@@ -202,13 +184,7 @@ class App:
             self.state,
             self.dispatcher,
             self.state.metrics,
-            DurableSettings(
-                max_age=s.store.delivery_max_age,
-                concurrency=s.events.provider_concurrency,
-                retry=DeliveryRetry(base=s.store.retry_base, cap=s.store.retry_cap),
-                breaker_threshold=s.store.breaker_threshold,
-                breaker_cooldown=s.store.breaker_cooldown,
-            ),
+            DurableSettings.of(s),
             clock=self.clock,
         )
         self.dispatcher.outbox = self.outbox

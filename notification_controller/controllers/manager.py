@@ -37,13 +37,14 @@ from ..core.redact import Redactor
 from ..errors import ControllerError
 from ..hooks.reconcile import ReconcileHooks
 from ..logsetup import fields
+from ..settings import EventSettings, KubeSettings, Settings
 from ..store.base import Change, Cluster, Key, ObjectStore
 from .alert import AlertReconciler
 from .base import Reconciler, Result
 from .events import EventRecorder
 from .metrics import CompactHistogram, ControllerRuntimeMetrics, WorkQueueMetrics
 from .provider import ProviderReconciler
-from .queue import DEFAULT_MAX_RETRY_DELAY, DEFAULT_MIN_RETRY_DELAY, WorkQueue
+from .queue import WorkQueue
 from .receiver import ReceiverReconciler
 
 log = logging.getLogger(__name__)
@@ -71,14 +72,26 @@ RECONCILE_BUCKETS = exponential_buckets_range(0.01, 1800, 10)
 
 @dataclass(frozen=True)
 class ControllerSettings:
-    """The reconciler flags (reference §7)."""
+    """The reconciler flags (reference §7); defaults and help live in ``settings.py``."""
 
-    concurrent: int = 4
-    min_retry_delay: float = DEFAULT_MIN_RETRY_DELAY
-    max_retry_delay: float = DEFAULT_MAX_RETRY_DELAY
-    resync_interval: float = 600.0
-    no_cross_namespace_refs: bool = False
-    alert_provider_status: bool = True
+    concurrent: int = KubeSettings.concurrent
+    min_retry_delay: float = KubeSettings.min_retry_delay
+    max_retry_delay: float = KubeSettings.max_retry_delay
+    resync_interval: float = KubeSettings.resync_interval
+    no_cross_namespace_refs: bool = EventSettings.no_cross_namespace_refs
+    alert_provider_status: bool = KubeSettings.alert_provider_status
+
+    @classmethod
+    def of(cls, s: Settings) -> ControllerSettings:
+        k = s.kube
+        return cls(
+            k.concurrent,
+            k.min_retry_delay,
+            k.max_retry_delay,
+            k.resync_interval,
+            s.events.no_cross_namespace_refs,
+            k.alert_provider_status,
+        )
 
 
 class ReconcileMetrics:

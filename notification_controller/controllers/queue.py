@@ -28,6 +28,8 @@ import logging
 from collections.abc import Awaitable, Callable, Hashable
 from typing import TYPE_CHECKING, Generic, TypeVar
 
+from ..settings import KubeSettings
+
 if TYPE_CHECKING:
     from .metrics import QueueMetrics
 
@@ -35,8 +37,8 @@ log = logging.getLogger(__name__)
 
 K = TypeVar("K", bound=Hashable)
 
-DEFAULT_MIN_RETRY_DELAY = 0.75
-DEFAULT_MAX_RETRY_DELAY = 15 * 60.0
+DEFAULT_MIN_RETRY_DELAY = KubeSettings.min_retry_delay  # --min-retry-delay (settings.py)
+DEFAULT_MAX_RETRY_DELAY = KubeSettings.max_retry_delay
 
 
 class WorkQueue(Generic[K]):

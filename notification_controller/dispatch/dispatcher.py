@@ -38,6 +38,7 @@ from ..outbound import IDEMPOTENCY_KEY, OutboundHTTP
 from ..providers.base import DeliveryContext
 from ..providers.identity import WorkloadIdentity
 from ..providers.tokens import TokenCache
+from ..settings import EventSettings, KubeSettings, Settings
 from ..store.base import Cluster, ObjectStore
 from .durable import DELIVERED, Outcome, Result
 from .filtering import FilterOffload
@@ -67,11 +68,24 @@ _GONE = Result(Outcome.DROPPED)
 
 @dataclass(frozen=True)
 class DispatchSettings:
-    no_cross_namespace_refs: bool = False
-    max_pending: int = 10_000
-    provider_concurrency: int = 16
-    object_level_workload_identity: bool = False
-    default_service_account: str = ""  # --default-service-account (providers/identity.py)
+    """Defaults and help live in ``settings.py``."""
+
+    no_cross_namespace_refs: bool = EventSettings.no_cross_namespace_refs
+    max_pending: int = EventSettings.max_pending
+    provider_concurrency: int = EventSettings.provider_concurrency
+    object_level_workload_identity: bool = False  # the ObjectLevelWorkloadIdentity feature gate
+    default_service_account: str = KubeSettings.default_service_account  # providers/identity.py
+
+    @classmethod
+    def of(cls, s: Settings) -> DispatchSettings:
+        e = s.events
+        return cls(
+            e.no_cross_namespace_refs,
+            e.max_pending,
+            e.provider_concurrency,
+            s.gate("ObjectLevelWorkloadIdentity"),
+            s.kube.default_service_account,
+        )
 
 
 class Outbox:

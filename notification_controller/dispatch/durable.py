@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 from ..core.clock import Clock, SystemClock
 from ..errors import StoreError
+from ..settings import EventSettings, Settings, StoreSettings
 from ..state.base import LaneStats, Lease, Store
 
 log = logging.getLogger(__name__)
@@ -65,8 +66,8 @@ Deliver = Callable[[Lease], Awaitable[Result]]
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    base: float = 1.0
-    cap: float = 300.0
+    base: float = StoreSettings.retry_base
+    cap: float = StoreSettings.retry_cap
     retry_after_cap: float = 3600.0
     """A provider's ``Retry-After`` is honoured up to this many seconds."""
 
@@ -146,13 +147,26 @@ class CircuitBreaker:
 
 @dataclass(frozen=True)
 class DurableSettings:
-    max_age: float = 3600.0
+    """Defaults and help live in ``settings.py``."""
+
+    max_age: float = StoreSettings.delivery_max_age
     """``--delivery-max-age``: an item older than this is dead-lettered instead of retried."""
-    concurrency: int = 16
+    concurrency: int = EventSettings.provider_concurrency
     poll_interval: float = 1.0
     retry: RetryPolicy = field(default_factory=RetryPolicy)
-    breaker_threshold: int = 5
-    breaker_cooldown: float = 30.0
+    breaker_threshold: int = StoreSettings.breaker_threshold
+    breaker_cooldown: float = StoreSettings.breaker_cooldown
+
+    @classmethod
+    def of(cls, s: Settings) -> DurableSettings:
+        store = s.store
+        return cls(
+            max_age=store.delivery_max_age,
+            concurrency=s.events.provider_concurrency,
+            retry=RetryPolicy(base=store.retry_base, cap=store.retry_cap),
+            breaker_threshold=store.breaker_threshold,
+            breaker_cooldown=store.breaker_cooldown,
+        )
 
 
 DeadLetterHook = Callable[[Lease, str, str], None]

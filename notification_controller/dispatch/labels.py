@@ -59,6 +59,12 @@ class LabelCacheSettings:
     max_waiting: int = 512  # distinct objects queued for a GET; beyond: overload
     timeout: float = 10.0  # seconds for one lookup, queue included
 
+    @classmethod
+    def of(cls, s: EventSettings) -> LabelCacheSettings:
+        return cls(
+            ttl=s.label_cache_ttl, max_entries=s.label_cache_size, concurrency=s.label_lookup_concurrency
+        )
+
 
 class LookupResult(StrEnum):
     HIT = "hit"  # labels from the cache

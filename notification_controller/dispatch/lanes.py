@@ -21,6 +21,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from ..settings import EventSettings
 from .model import DropReason, Notification
 from .report import Reporter
 
@@ -32,8 +33,8 @@ Send = Callable[[Notification, float], Awaitable[None]]
 
 @dataclass(frozen=True)
 class LaneSettings:
-    max_pending: int = 10_000
-    concurrency: int = 16
+    max_pending: int = EventSettings.max_pending  # defaults and help: settings.py
+    concurrency: int = EventSettings.provider_concurrency
 
 
 class _Lane:
