@@ -298,12 +298,7 @@ class App:
         return create_receiver_app(
             self.store,
             self.cluster,
-            settings=ReceiverServerSettings(
-                no_cross_namespace_refs=s.events.no_cross_namespace_refs,
-                replay_ttl=s.receivers.replay_ttl,
-                rate_limit=s.receivers.rate_limit,
-                rate_burst=s.receivers.rate_burst,
-            ),
+            settings=ReceiverServerSettings.of(s),
             registry=self.registry,
             clock=self.clock,
             replay_store=self.state,

@@ -348,7 +348,3 @@ def _mask(text: str, masks: Sequence[str]) -> str:
 def masked(text: str, masks: Sequence[str]) -> str:
     """Public helper for notifiers with their own transports (NATS, SDKs)."""
     return _mask(text, masks)
-
-
-def header_map(headers: Mapping[str, str]) -> dict[str, str]:
-    return dict(headers)

@@ -50,6 +50,7 @@ from ..receivers.base import GCRSettings, HookRequest, RawHeaders, VerifyContext
 from ..receivers.guards import ReplayCache, SharedReplays, TokenBucket
 from ..receivers.oidc import OIDCClient
 from ..receivers.targets import FilterError, RequestBodyError, Trigger, compile_filters, request_value
+from ..settings import EventSettings, ReceiverSettings, Settings
 from ..state.base import Store
 from ..store.base import Cluster, ObjectStore
 
@@ -62,13 +63,13 @@ _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"
 
 @dataclass(frozen=True)
 class ReceiverServerSettings:
-    no_cross_namespace_refs: bool = False
+    no_cross_namespace_refs: bool = EventSettings.no_cross_namespace_refs  # flag defaults: settings.py
     body_limit: int = MAX_BODY
     body_read_timeout: float = 30.0  # whole body (Flux: ReadTimeout 30 s)
-    replay_ttl: float = 600.0  # 0 disables replay protection
+    replay_ttl: float = ReceiverSettings.replay_ttl  # 0 disables replay protection
     replay_max_entries: int = 100_000
-    rate_limit: float = 10.0  # requests per second per Receiver; 0 disables
-    rate_burst: int = 50
+    rate_limit: float = ReceiverSettings.rate_limit  # requests per second per Receiver; 0 disables
+    rate_burst: int = ReceiverSettings.rate_burst
     kube_timeout: float = 10.0  # per Kubernetes call made for a target
     oidc_cache_ttl: float = 300.0
     oidc_timeout: float = 10.0
@@ -84,6 +85,16 @@ class ReceiverServerSettings:
     keepalive_timeout: float = 10.0
     lingering_time: float = 2.0  # after an answer to an unread body (413, timeout): discard, then close
     rejection_logs_per_minute: int = 30  # per Receiver; the rest are counted and summarised
+
+    @classmethod
+    def of(cls, s: Settings) -> ReceiverServerSettings:
+        r = s.receivers
+        return cls(
+            no_cross_namespace_refs=s.events.no_cross_namespace_refs,
+            replay_ttl=r.replay_ttl,
+            rate_limit=r.rate_limit,
+            rate_burst=r.rate_burst,
+        )
 
 
 _HOOK_PATH_RE = re.compile(r"/hook/([0-9A-Fa-f]{8})[0-9A-Fa-f]*[^\s\"']*")
