@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from ..api.event import MD_ORIGIN_REVISION, MD_REVISION, MD_TOKEN, Event
 from .clock import Clock
@@ -39,15 +38,23 @@ def event_key(event: Event, metadata: Mapping[str, str] | None = None) -> str:
     return hashlib.sha256("/".join(parts).encode("utf-8", errors="surrogatepass")).hexdigest()
 
 
-@dataclass(frozen=True)
 class Decision:
-    allowed: bool
-    limit: int
-    remaining: int
-    reset: datetime
+    """One answer of the limiter; ``reset_at`` is when the key's window ends (Unix seconds, wall clock)."""
+
+    __slots__ = ("allowed", "limit", "remaining", "reset_at")
+
+    def __init__(self, allowed: bool, limit: int, remaining: int, reset_at: float) -> None:
+        self.allowed = allowed
+        self.limit = limit
+        self.remaining = remaining
+        self.reset_at = reset_at
+
+    @property
+    def reset(self) -> datetime:
+        return datetime.fromtimestamp(self.reset_at, UTC)
 
     def headers(self) -> dict[str, str]:
-        reset = rfc1123_utc(self.reset)
+        reset = http_date(self.reset_at)
         out = {
             "X-RateLimit-Limit": str(self.limit),
             "X-RateLimit-Remaining": str(self.remaining),
@@ -65,21 +72,26 @@ _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct",
 def rfc1123_utc(moment: datetime) -> str:
     """``Mon, 02 Jan 2006 15:04:05 UTC`` (Go's http.TimeFormat with UTC), without locale-dependent strftime."""
     t = moment if moment.tzinfo is UTC else moment.astimezone(UTC)
-    # Every event in the same second gets the same reset time (a new key's window ends ``interval`` from
-    # now): remember the last few strings instead of formatting each again (issue 17, the ingest path).
-    second = t.replace(microsecond=0)
+    return (
+        f"{_DAYS[t.weekday()]}, {t.day:02d} {_MONTHS[t.month - 1]} {t.year} "
+        f"{t.hour:02d}:{t.minute:02d}:{t.second:02d} UTC"
+    )
+
+
+def http_date(epoch: float) -> str:
+    """``rfc1123_utc`` of a Unix time. Every event in the same second gets the same reset time (a new key's
+    window ends ``interval`` from now): the last few strings are remembered instead of formatted each time
+    (issue 17, the ingest path)."""
+    second = int(epoch // 1)
     text = _formatted.get(second)
     if text is None:
         if len(_formatted) >= 8:
             _formatted.clear()
-        text = _formatted[second] = (
-            f"{_DAYS[t.weekday()]}, {t.day:02d} {_MONTHS[t.month - 1]} {t.year} "
-            f"{t.hour:02d}:{t.minute:02d}:{t.second:02d} UTC"
-        )
+        text = _formatted[second] = rfc1123_utc(datetime.fromtimestamp(second, UTC))
     return text
 
 
-_formatted: dict[datetime, str] = {}  # UTC datetime to the second → its text: a bounded cache
+_formatted: dict[int, str] = {}  # Unix second → its text: a bounded cache
 
 
 class _Bucket:
@@ -119,8 +131,7 @@ class FixedWindowLimiter:
             bucket.window = window
             bucket.taken = 0
         bucket.last_seen = mono
-        reset_in = bucket.start + (window + 1) * self.interval - mono
-        reset = self._clock.now() + timedelta(seconds=reset_in)
+        reset = self._clock.now().timestamp() + (bucket.start + (window + 1) * self.interval - mono)
         if bucket.taken < self.tokens:
             bucket.taken += 1
             return Decision(True, self.tokens, self.tokens - bucket.taken, reset)

@@ -15,8 +15,6 @@ limiter knows the exact end of the window; Flux's emitters do not read it.
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from ..core.clock import Clock
 from ..core.ratelimit import Decision
 from ..state.base import Store
@@ -31,8 +29,8 @@ class SharedDuplicateWindow:
     async def take(self, key: str) -> Decision:
         """Raises ``StoreError`` when the store cannot answer."""
         duplicate = await self.store.seen(key, self.interval)
-        reset = self.clock.now() + timedelta(seconds=self.interval)
-        return Decision(allowed=not duplicate, limit=1, remaining=0, reset=reset)
+        reset = self.clock.now().timestamp() + self.interval
+        return Decision(allowed=not duplicate, limit=1, remaining=0, reset_at=reset)
 
     async def release(self, key: str) -> None:
         await self.store.forget(key, self.interval)
