@@ -30,18 +30,17 @@ says what takes effect, e.g. "filter; threshold 3 within 10m; state changes only
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from ..api import FINALIZER
 from ..api.alert import Alert
 from ..api.common import ConditionStatus
 from ..core import conditions as cond
-from ..core.clock import Clock
 from ..core.matching import compile_error, filter_error
-from ..core.redact import Redactor
-from ..hooks.reconcile import ReconcileHooks, alert_children
-from ..store.base import Cluster, Key, ObjectRef, ObjectStore
+from ..hooks.reconcile import alert_children
+from ..store.base import Key, ObjectRef
 from .base import DONE, Reconciler, Result, StatusDraft
-from .events import NORMAL, EventRecorder
+from .events import NORMAL
 
 log = logging.getLogger(__name__)
 
@@ -123,74 +122,59 @@ def cross_namespace_error(alert: Alert) -> str | None:
 class AlertReconciler(Reconciler[Alert]):
     kind = "Alert"
     watched_kind = "Provider"
-
-    def __init__(
-        self,
-        store: ObjectStore,
-        cluster: Cluster,
-        recorder: EventRecorder,
-        clock: Clock,
-        *,
-        redactor: Redactor | None = None,
-        no_cross_namespace_refs: bool = False,
-        hooks: ReconcileHooks | None = None,
-    ) -> None:
-        super().__init__(store, cluster, recorder, clock, redactor=redactor, hooks=hooks)
-        self.no_cross_namespace_refs = no_cross_namespace_refs
+    logger = log
+    suspended_log = "reconciliation is suspended for this object: %s"
+    ready_message = READY_MESSAGE
 
     # ---- watches ----------------------------------------------------------------------------------
     def references(self, obj: Alert) -> list[Key]:
         return [(obj.metadata.namespace, obj.spec.provider_ref.name)]
 
-    # ---- reconcile --------------------------------------------------------------------------------
-    async def reconcile(self, key: Key) -> Result:
-        obj = self.store.alert(*key)
-        if obj is None:
-            self.index.remove(key)
-            return DONE
-        meta = obj.metadata
-        if meta.deletion_timestamp is not None:
-            result, removed = await self.finalize(obj, alert_children(obj))
-            if FINALIZER in removed:
-                await self.recorder.event(ObjectRef.of(obj), NORMAL, MIGRATION, MIGRATION_MESSAGE)
-            return result
+    # ---- reconcile (the template's hooks) ---------------------------------------------------------
+    def load(self, key: Key) -> Alert | None:
+        return self.store.alert(*key)
+
+    def children(self, obj: Alert, draft: StatusDraft) -> dict[str, Any]:
+        return alert_children(obj)
+
+    def left_alone(self, obj: Alert) -> bool:
+        """A suspended Alert that still has Flux's finalizer keeps it (and its status) until resumed."""
         if self.has_finalizer(obj) and obj.spec.suspend:
-            log.info("reconciliation is suspended for this object: %s", self.describe(obj))
-            return DONE
-        # Flux's finalizer goes (migration); the hooks' one comes when a finalize hook applies. One write.
+            log.info(self.suspended_log, self.describe(obj))
+            return True
+        return False
+
+    async def ensure_finalizers(self, obj: Alert) -> bool:
+        """Flux's finalizer goes (migration); the hooks' one comes when a finalize hook applies. One write,
+        and the reconcile goes on: everything an Alert depends on is watched, no requeue is needed."""
         written = await self.sync_finalizers(obj, flux=False)
         if written is not None and self.has_finalizer(obj):
-            await self.recorder.event(ObjectRef.of(obj), NORMAL, MIGRATION, MIGRATION_MESSAGE)
+            await self._migrated(obj)
+        return False
 
-        draft = self.status_draft(obj)
-        result = DONE  # everything an Alert depends on is watched: no periodic requeue needed
-        if obj.spec.suspend:
-            log.info("reconciliation is suspended for this object: %s", self.describe(obj))
-        else:
-            self._evaluate(obj, draft)
-            step = await self.run_pre_reconcile(obj, draft, alert_children(obj))
-            if not step.write_status:
-                return step.result or DONE
-            result = step.result or result
-        conditions = await self.commit_draft(obj, draft)
-        await self.ready_transition_event(obj, obj.status.conditions, conditions, READY_MESSAGE)
-        return result
+    async def finalizers_removed(self, obj: Alert, removed: list[str]) -> None:
+        if FINALIZER in removed:
+            await self._migrated(obj)
 
-    def _evaluate(self, obj: Alert, draft: StatusDraft) -> None:
+    async def _migrated(self, obj: Alert) -> None:
+        await self.recorder.event(ObjectRef.of(obj), NORMAL, MIGRATION, MIGRATION_MESSAGE)
+
+    async def evaluate(self, obj: Alert, draft: StatusDraft) -> Result:
+        """Always DONE: everything an Alert depends on is watched, no periodic requeue is needed."""
         generation = obj.metadata.generation
         error = regex_error(obj)
         if error is not None:
             draft.mark_terminal(cond.VALIDATION_FAILED, error, generation)
-            return
+            return DONE
         if obj.spec.filter and (error := filter_error(obj.spec.filter)) is not None:
             draft.mark_terminal(INVALID_CEL, error, generation)
-            return
+            return DONE
         if (error := alert_template_error(obj)) is not None:
             draft.mark_terminal(INVALID_TEMPLATE, error, generation)
-            return
+            return DONE
         if self.no_cross_namespace_refs and (error := cross_namespace_error(obj)) is not None:
             draft.mark_terminal(ACCESS_DENIED, error, generation)
-            return
+            return DONE
         summary = noise_summary(obj)
         if summary:
             draft.conditions.mark_true(NOISE_CONTROL, NOISE_ACTIVE, summary)
@@ -204,10 +188,10 @@ class AlertReconciler(Reconciler[Alert]):
             draft.conditions.mark_false(
                 cond.READY, cond.PROVIDER_NOT_FOUND, f"Provider '{name}' not found in namespace '{ns}'"
             )
-            return
+            return DONE
         if provider.spec.suspend:
             draft.conditions.mark_true(cond.READY, cond.SUCCEEDED, READY_MESSAGE)
-            return
+            return DONE
         ready = cond.find(provider.status.conditions, cond.READY)
         if ready is None or (
             ready.observed_generation is not None
@@ -227,3 +211,4 @@ class AlertReconciler(Reconciler[Alert]):
             )
         else:
             draft.conditions.mark_true(cond.READY, cond.SUCCEEDED, READY_MESSAGE)
+        return DONE

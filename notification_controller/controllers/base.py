@@ -1,4 +1,8 @@
-"""What the three reconcilers share: the result type, the condition draft, status and finalizer writes.
+"""What the three reconcilers share: the reconcile template, the condition draft, status and finalizer writes.
+
+``Reconciler.reconcile`` is the one reconcile every kind runs; a kind states only what differs, in the hooks
+it overrides (``load``, ``children``, ``evaluate``; ``left_alone``, ``ensure_finalizers``,
+``finalizers_removed``, ``report`` where the default does not fit).
 
 A reconcile reads one object from the ``ObjectStore``, computes its *desired* status (a pure step: the
 conditions a Flux controller would hold in memory at the end of ``Reconcile``), and hands the side effects
@@ -19,7 +23,7 @@ from __future__ import annotations
 import abc
 import logging
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
@@ -158,6 +162,8 @@ class StatusDraft:
     conditions: ConditionsDraft
     observed_generation: int
     last_handled_reconcile_at: str | None
+    extra: dict[str, str | None] = field(default_factory=dict)
+    """The kind's status fields beyond Flux's common three, by field name (a Receiver's ``webhook_path``)."""
 
     def mark_terminal(self, reason: str, error: str, generation: int) -> str:
         """Flux's ``markTerminal``: Ready=False and Stalled=True with the same reason and message."""
@@ -236,6 +242,10 @@ class Reconciler(abc.ABC, Generic[ObjT]):
 
     kind: ClassVar[str]
     watched_kind: ClassVar[str]  # the kind whose changes re-enqueue the objects referencing it
+    logger: ClassVar[logging.Logger]  # the kind's module logger: the template's log lines come from it
+    status_type: ClassVar[type[BaseModel]] = ObjectStatus  # what ``commit_draft`` writes
+    suspended_log: ClassVar[str] = "Reconciliation is suspended for this object: %s"
+    ready_message: ClassVar[str] = ""  # the Normal Event of the default ``report`` when Ready turns True
 
     def __init__(
         self,
@@ -246,6 +256,7 @@ class Reconciler(abc.ABC, Generic[ObjT]):
         *,
         redactor: Redactor | None = None,
         hooks: ReconcileHooks | None = None,
+        no_cross_namespace_refs: bool = False,
     ) -> None:
         self.store = store
         self.cluster = cluster
@@ -256,11 +267,75 @@ class Reconciler(abc.ABC, Generic[ObjT]):
         self.status_writes = 0  # for tests and debugging: how many status patches were sent
         self.writes_status = True  # False: --alert-provider-status=false (Flux's v1beta3 has no status there)
         self.index = ReverseIndex()
+        self.no_cross_namespace_refs = no_cross_namespace_refs  # --no-cross-namespace-refs (Alert's sources)
 
     # ---- the contract with the manager -------------------------------------------------------------
-    @abc.abstractmethod
     async def reconcile(self, key: Key) -> Result:
-        """Bring one object to its desired state. Never raises for a bad object (only for I/O errors)."""
+        """Bring one object to its desired state. Never raises for a bad object (only for I/O errors).
+
+        The template every kind runs: gone → forget it; deleted → ``finalize``; else finalizers, then (unless
+        suspended) the kind's ``evaluate`` and the ``pre-reconcile`` hooks, one status write, the Events.
+        """
+        obj = self.load(key)
+        if obj is None:
+            self.index.remove(key)
+            return DONE
+        if obj.metadata.deletion_timestamp is not None:
+            result, removed = await self.finalize(obj, self.children(obj, self.status_draft(obj)))
+            await self.finalizers_removed(obj, removed)
+            return result
+        if self.left_alone(obj):
+            return DONE
+
+        draft = self.status_draft(obj)
+        hook_warning: tuple[str, str] | None = None
+        if await self.ensure_finalizers(obj):
+            result = Result(requeue=True)
+        elif obj.spec.suspend:
+            self.logger.info(self.suspended_log, self.describe(obj))
+            result = DONE
+        else:
+            result = await self.evaluate(obj, draft)
+            step = await self.run_pre_reconcile(obj, draft, self.children(obj, draft))
+            if not step.write_status:
+                return step.result or DONE
+            result, hook_warning = step.result or result, step.warning
+
+        conditions = await self.commit_draft(obj, draft)
+        await self.report(obj, result, hook_warning, conditions)
+        return result
+
+    # ---- what each kind states (the template's hooks) ----------------------------------------------
+    @abc.abstractmethod
+    def load(self, key: Key) -> ObjT | None:
+        """The object from the store, or None when it is gone."""
+
+    @abc.abstractmethod
+    def children(self, obj: ObjT, draft: StatusDraft) -> dict[str, Any]:
+        """What the hooks are told of ``obj``'s children, as of ``draft`` (at deletion: the stored status)."""
+
+    @abc.abstractmethod
+    async def evaluate(self, obj: ObjT, draft: StatusDraft) -> Result:
+        """The kind's own checks of a live, not suspended object: its conditions go into ``draft``."""
+
+    def left_alone(self, obj: ObjT) -> bool:
+        """True: this reconcile writes nothing at all, not even finalizers. By default never."""
+        return False
+
+    async def ensure_finalizers(self, obj: ObjT) -> bool:
+        """Flux's finalizer and the hooks' one, in one write. True: they were just added, so this reconcile
+        ends there (status still written) and the key is requeued, as Flux does."""
+        return await self.sync_finalizers(obj, flux=True) is not None
+
+    async def finalizers_removed(self, obj: ObjT, removed: list[str]) -> None:
+        """After ``finalize`` dropped ``removed`` from a deleted object. By default nothing."""
+
+    async def report(
+        self, obj: ObjT, result: Result, hook_warning: tuple[str, str] | None, conditions: list[Condition]
+    ) -> None:
+        """The Events after the status write. By default one per change of Ready (``ready_transition_event``);
+        ``hook_warning`` (``HookStep.warning``) is for kinds that do not derive Events from Ready."""
+        await self.ready_transition_event(obj, obj.status.conditions, conditions, self.ready_message)
 
     @abc.abstractmethod
     def references(self, obj: ObjT) -> Iterable[Key]:
@@ -351,21 +426,9 @@ class Reconciler(abc.ABC, Generic[ObjT]):
             f"and annotate the object with {RECONCILE_REQUEST_ANNOTATION} to try again"
         )
         log.error("%s: %s", self.describe(obj), message, extra=self.log_fields(obj, message))
-        meta = obj.metadata
-        draft = StatusDraft(
-            ConditionsDraft(obj.status.conditions),
-            obj.status.observed_generation,
-            obj.status.last_handled_reconcile_at,
-        )
-        draft.mark_stalled_by_hook(message, meta.generation)
-        draft.finish(meta.annotations, meta.generation)
-        conditions = draft.conditions.build(generation=meta.generation, now=self.clock.now())
-        update = {
-            "conditions": conditions,
-            "observed_generation": draft.observed_generation,
-            "last_handled_reconcile_at": draft.last_handled_reconcile_at,
-        }
-        await self.write_status(obj, obj.status.model_copy(update=update))
+        draft = self.status_draft(obj)
+        draft.mark_stalled_by_hook(message, obj.metadata.generation)
+        await self.commit_draft(obj, draft)
         await self.warn(obj, cond.HOOK_FAILED, message)
         return DONE
 
@@ -409,28 +472,24 @@ class Reconciler(abc.ABC, Generic[ObjT]):
             return HookStep(result=Result(requeue=True), warning=(outcome.veto.reason, message))
         return HookStep()
 
-    @staticmethod
-    def status_draft(obj: ObjT) -> StatusDraft:
-        """The status this reconcile starts from (every reconciler's first step)."""
+    def status_draft(self, obj: ObjT) -> StatusDraft:
+        """The status this reconcile starts from (a kind with more status fields adds them to ``extra``)."""
         status: Any = obj.status
         return StatusDraft(
             ConditionsDraft(status.conditions), status.observed_generation, status.last_handled_reconcile_at
         )
 
-    async def commit_draft(
-        self, obj: ObjT, draft: StatusDraft, status_type: type[BaseModel] = ObjectStatus, **extra: Any
-    ) -> list[Condition]:
-        """Every reconciler's last step: finish the draft, write the status (if it changed) and return the
-        new conditions (for the Ready-transition Event). ``extra``: fields of ``status_type`` beyond
-        Flux's common three (a Receiver's ``webhookPath``)."""
+    async def commit_draft(self, obj: ObjT, draft: StatusDraft) -> list[Condition]:
+        """Every reconcile's last step: finish the draft, write the status (a ``status_type``, if it changed)
+        and return the new conditions (for the Ready-transition Event)."""
         meta = obj.metadata
         draft.finish(meta.annotations, meta.generation)
         conditions = draft.conditions.build(generation=meta.generation, now=self.clock.now())
-        desired = status_type(
+        desired = self.status_type(
             conditions=conditions,
             observed_generation=draft.observed_generation,
             last_handled_reconcile_at=draft.last_handled_reconcile_at,
-            **extra,
+            **draft.extra,
         )
         await self.write_status(obj, desired)
         return conditions
@@ -447,9 +506,9 @@ class Reconciler(abc.ABC, Generic[ObjT]):
             return False
         body = desired.model_dump(by_alias=True, mode="json", exclude_none=True)
         # Fields set before and unset now are cleared with an explicit null (merge-patch semantics).
-        for name, field in type(desired).model_fields.items():
+        for name, info in type(desired).model_fields.items():
             if getattr(desired, name) is None and getattr(obj.status, name, None) is not None:
-                body[field.alias or name] = None
+                body[info.alias or name] = None
         try:
             await self.cluster.patch_status(ObjectRef.of(obj), body)
         except KubeError as exc:
@@ -476,6 +535,12 @@ class Reconciler(abc.ABC, Generic[ObjT]):
             await self.recorder.event(ObjectRef.of(obj), NORMAL, new.reason, ready_message)
         else:
             await self.warn(obj, new.reason, new.message)
+
+    def mark_terminal(self, obj: ObjT, draft: StatusDraft, reason: str, error: str) -> str:
+        """``StatusDraft.mark_terminal`` and a warning log line saying why. Returns the condition message."""
+        message = draft.mark_terminal(reason, error, obj.metadata.generation)
+        self.logger.warning("%s: %s", self.describe(obj), message)
+        return message
 
     async def warn(self, obj: ObjT, reason: str, message: str) -> None:
         await self.recorder.event(ObjectRef.of(obj), WARNING, reason, message)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from ..api.common import Condition
 from ..api.provider import COMMIT_STATUS_TYPES, Provider
@@ -66,6 +67,8 @@ def secret_keys(provider: Provider) -> set[Key]:
 class ProviderReconciler(Reconciler[Provider]):
     kind = "Provider"
     watched_kind = "Secret"
+    logger = log
+    ready_message = READY_MESSAGE
     delivery_paused: Callable[[str], str | None] | None = None
     """``namespace/name`` → why its lane is paused, or None (set by the app with a durable store)."""
 
@@ -73,45 +76,28 @@ class ProviderReconciler(Reconciler[Provider]):
     def references(self, obj: Provider) -> set[Key]:
         return secret_keys(obj)
 
-    # ---- reconcile --------------------------------------------------------------------------------
-    async def reconcile(self, key: Key) -> Result:
-        obj = self.store.provider(*key)
-        if obj is None:
-            self.index.remove(key)
-            return DONE
-        meta = obj.metadata
-        if meta.deletion_timestamp is not None:
-            result, _ = await self.finalize(obj, provider_children(obj, self.store))
-            return result
+    # ---- reconcile (the template's hooks) ---------------------------------------------------------
+    def load(self, key: Key) -> Provider | None:
+        return self.store.provider(*key)
 
-        draft = self.status_draft(obj)
-        if await self.sync_finalizers(obj, flux=True) is not None:
-            result = Result(requeue=True)
-        elif obj.spec.suspend:
-            log.info("Reconciliation is suspended for this object: %s", self.describe(obj))
-            result = DONE
-        else:
-            result = self._validate(obj, draft)
-            self._delivery(obj, draft)
-            step = await self.run_pre_reconcile(obj, draft, provider_children(obj, self.store))
-            if not step.write_status:
-                return step.result or DONE
-            result = step.result or result
+    def children(self, obj: Provider, draft: StatusDraft) -> dict[str, Any]:
+        return provider_children(obj, self.store)
 
-        conditions = await self.commit_draft(obj, draft)
-        await self.ready_transition_event(obj, obj.status.conditions, conditions, READY_MESSAGE)
+    async def evaluate(self, obj: Provider, draft: StatusDraft) -> Result:
+        result = self._validate(obj, draft)
+        self._delivery(obj, draft)
         return result
 
     def _validate(self, obj: Provider, draft: StatusDraft) -> Result:
-        spec, generation = obj.spec, obj.metadata.generation
+        spec = obj.spec
         errors = spec.validation_errors()
         if errors:
-            return self._terminal(obj, draft, cond.VALIDATION_FAILED, "; ".join(errors), generation)
+            return self._terminal(obj, draft, cond.VALIDATION_FAILED, "; ".join(errors))
         if spec.body_template:
             from ..core.templates import template_error  # Jinja2 on first use
 
             if (why := template_error(spec.body_template)) is not None:
-                return self._terminal(obj, draft, INVALID_TEMPLATE, f"spec.bodyTemplate: {why}", generation)
+                return self._terminal(obj, draft, INVALID_TEMPLATE, f"spec.bodyTemplate: {why}")
         if spec.commit_status_expr is not None and spec.type in COMMIT_STATUS_TYPES:
             from ..core.cel import CELCompileError, OutputType, compile_expression  # on first use (issue 17)
 
@@ -121,7 +107,7 @@ class ProviderReconciler(Reconciler[Provider]):
                 )
             except CELCompileError as exc:
                 return self._terminal(
-                    obj, draft, cond.INVALID_CEL, f"invalid commitStatusExpr expression: {exc}", generation
+                    obj, draft, cond.INVALID_CEL, f"invalid commitStatusExpr expression: {exc}"
                 )
 
         draft.conditions.mark_reconciling()
@@ -133,11 +119,11 @@ class ProviderReconciler(Reconciler[Provider]):
             return Result(requeue=True, error=message)
         except ProviderConfigError as exc:
             reason = INVALID_CONFIG if exc.reason == cond.VALIDATION_FAILED else exc.reason
-            return self._terminal(obj, draft, reason, str(exc), generation)
+            return self._terminal(obj, draft, reason, str(exc))
         except Exception as exc:  # a notifier constructor bug must not stop the other Providers (D9)
             log.exception("unexpected error validating %s", self.describe(obj))
             return self._terminal(
-                obj, draft, INVALID_CONFIG, f"failed to create notifier: {type(exc).__name__}", generation
+                obj, draft, INVALID_CONFIG, f"failed to create notifier: {type(exc).__name__}"
             )
         draft.conditions.mark_true(cond.READY, cond.SUCCEEDED, READY_MESSAGE)
         return DONE
@@ -151,11 +137,8 @@ class ProviderReconciler(Reconciler[Provider]):
         elif draft.conditions.has(DELIVERING):
             draft.conditions.delete(DELIVERING)
 
-    def _terminal(
-        self, obj: Provider, draft: StatusDraft, reason: str, error: str, generation: int
-    ) -> Result:
-        message = draft.mark_terminal(reason, self._mask(obj, error), generation)
-        log.warning("%s: %s", self.describe(obj), message)
+    def _terminal(self, obj: Provider, draft: StatusDraft, reason: str, error: str) -> Result:
+        self.mark_terminal(obj, draft, reason, self._mask(obj, error))
         return DONE
 
     def _mask(self, obj: Provider, text: str) -> str:

@@ -21,7 +21,9 @@ import json
 import logging
 import re
 from collections.abc import Sequence
+from typing import Any
 
+from ..api.common import Condition
 from ..api.receiver import OIDCProvider, Receiver, ReceiverSpec, ReceiverStatus
 from ..core import conditions as cond
 from ..core.duration import format_duration
@@ -141,40 +143,31 @@ def oidc_cel_error(providers: Sequence[OIDCProvider]) -> str | None:
 class ReceiverReconciler(Reconciler[Receiver]):
     kind = "Receiver"
     watched_kind = "Secret"
+    logger = log
+    status_type = ReceiverStatus
 
     # ---- watches ----------------------------------------------------------------------------------
     def references(self, obj: Receiver) -> list[Key]:
         ref = obj.spec.secret_ref
         return [(obj.metadata.namespace, ref.name)] if ref is not None else []
 
-    # ---- reconcile --------------------------------------------------------------------------------
-    async def reconcile(self, key: Key) -> Result:
-        obj = self.store.receiver(*key)
-        if obj is None:
-            self.index.remove(key)
-            return DONE
-        meta = obj.metadata
-        if meta.deletion_timestamp is not None:
-            result, _ = await self.finalize(obj, receiver_children(obj, obj.status.webhook_path))
-            return result
+    # ---- reconcile (the template's hooks) ---------------------------------------------------------
+    def load(self, key: Key) -> Receiver | None:
+        return self.store.receiver(*key)
 
-        draft = self.status_draft(obj)
-        path = obj.status.webhook_path
-        hook_warning: tuple[str, str] | None = None
-        if await self.sync_finalizers(obj, flux=True) is not None:
-            result = Result(requeue=True)
-        elif obj.spec.suspend:
-            log.info("Reconciliation is suspended for this object: %s", self.describe(obj))
-            result = DONE
-        else:
-            result, path = await self._reconcile(obj, draft)
-            step = await self.run_pre_reconcile(obj, draft, receiver_children(obj, path))
-            if not step.write_status:
-                return step.result or DONE
-            result, hook_warning = step.result or result, step.warning
+    def status_draft(self, obj: Receiver) -> StatusDraft:
+        """Flux's common fields, and ``webhook_path``: kept as it is unless ``evaluate`` gets to the token."""
+        draft = super().status_draft(obj)
+        draft.extra["webhook_path"] = obj.status.webhook_path
+        return draft
 
-        conditions = await self.commit_draft(obj, draft, ReceiverStatus, webhook_path=path)
+    def children(self, obj: Receiver, draft: StatusDraft) -> dict[str, Any]:
+        return receiver_children(obj, draft.extra["webhook_path"])
 
+    async def report(
+        self, obj: Receiver, result: Result, hook_warning: tuple[str, str] | None, conditions: list[Condition]
+    ) -> None:
+        """Flux's Events: a Warning for an error (or a hook's), else a Normal one whenever it is Ready."""
         if result.error is not None:
             await self.warn(obj, FAILED, result.error)
         elif hook_warning is not None:
@@ -184,11 +177,9 @@ class ReceiverReconciler(Reconciler[Receiver]):
             await self.recorder.event(
                 ObjectRef.of(obj), NORMAL, cond.SUCCEEDED, f"Reconciliation finished, next run in {interval}"
             )
-        return result
 
-    async def _reconcile(self, obj: Receiver, draft: StatusDraft) -> tuple[Result, str | None]:
+    async def evaluate(self, obj: Receiver, draft: StatusDraft) -> Result:
         spec, meta = obj.spec, obj.metadata
-        path = obj.status.webhook_path
         terminal: tuple[str, str] | None = None
         error = cel_error(spec)
         if error is not None:
@@ -202,24 +193,25 @@ class ReceiverReconciler(Reconciler[Receiver]):
                 terminal = (cond.INVALID_CEL, error)
         if terminal is not None:
             reason, error = terminal
-            message = draft.mark_terminal(reason, error, meta.generation)
-            log.warning("%s: %s", self.describe(obj), message)
+            message = self.mark_terminal(obj, draft, reason, error)
             await self.warn(obj, reason, message)
-            return DONE, path
+            return DONE
 
         draft.conditions.mark_reconciling()
         token, error = self._token(obj)
         if error is not None:
             draft.conditions.mark_false(cond.READY, cond.TOKEN_NOT_FOUND, error)
-            return Result(requeue=True, error=error), ""
+            draft.extra["webhook_path"] = ""
+            return Result(requeue=True, error=error)
 
         new_path = webhook_path(token, meta.name, meta.namespace)
         draft.conditions.mark_true(cond.READY, cond.SUCCEEDED, f"Receiver initialized for path: {new_path}")
-        if new_path != path:
+        if new_path != obj.status.webhook_path:
             log.info("%s initialized for path %s", self.describe(obj), path_digest_prefix(new_path))
             log.debug("%s webhook path: %s", self.describe(obj), new_path)
+        draft.extra["webhook_path"] = new_path
         interval = spec.interval_seconds()
-        return Result(requeue_after=interval if interval > 0 else None), new_path
+        return Result(requeue_after=interval if interval > 0 else None)
 
     def _token(self, obj: Receiver) -> tuple[bytes, str | None]:
         """Step 8: the raw ``token`` of ``spec.secretRef`` (empty for generic-oidc), with Flux's error texts."""
