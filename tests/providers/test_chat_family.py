@@ -1,23 +1,56 @@
-"""A property over the chat and incident family's builders: any message and metadata give decodable JSON
-that carries them intact, HTML-escaped the way Go's encoder does (reference §4.0).
+"""What the chat and incident family shares: an invalid address is refused with the type's message and
+without its credentials, and (a property) any message and metadata give decodable JSON that carries them
+intact, HTML-escaped the way Go's encoder does (reference §4.0).
 """
 
 from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from notification_controller.api.provider import ProviderType
+from notification_controller.errors import ProviderConfigError
 from notification_controller.providers.alertmanager import AlertmanagerNotifier
 from notification_controller.providers.googlechat import GoogleChatNotifier
 from notification_controller.providers.grafana import GrafanaNotifier
 from notification_controller.providers.lark import LarkNotifier
 from notification_controller.providers.msteams import MSTeamsNotifier
+from notification_controller.providers.registry import create_notifier
 from notification_controller.providers.slack import SlackNotifier
 from notification_controller.providers.zoom import ZoomNotifier
-from tests.providers.support import event, opts
+from tests.providers.support import INVALID_ADDRESSES, event, opts
+
+
+@pytest.mark.parametrize("address", INVALID_ADDRESSES)
+@pytest.mark.parametrize(
+    ("ptype", "prefix"),
+    [
+        (ProviderType.ALERTMANAGER, "invalid Alertmanager URL"),
+        (ProviderType.DISCORD, "invalid Discord hook URL"),
+        (ProviderType.GOOGLE_CHAT, "invalid Google Chat hook URL"),
+        (ProviderType.GRAFANA, "invalid Grafana URL"),
+        (ProviderType.LARK, "invalid Lark hook URL"),
+        (ProviderType.MATRIX, "invalid Matrix homeserver URL"),
+        (ProviderType.MSTEAMS, "invalid MS Teams webhook URL"),
+        (ProviderType.PAGERDUTY, "invalid PagerDuty endpoint URL"),
+        (ProviderType.ROCKET, "invalid Rocket hook URL"),
+        (ProviderType.SLACK, "invalid Slack hook URL"),
+        (ProviderType.WEBEX, "invalid Webex hook URL"),
+    ],
+)
+def test_invalid_address_is_rejected_without_echoing_it(
+    ptype: ProviderType, prefix: str, address: str
+) -> None:
+    """Reference §4.0: URLs are validated at construction with each type's message; checklist E9: the
+    credentials in an address are not echoed."""
+    with pytest.raises(ProviderConfigError) as info:
+        create_notifier(opts(ptype, address=address))
+    assert str(info.value).startswith(prefix)
+    assert "s3cretpw" not in str(info.value)
+
 
 messages = st.text(max_size=200)
 

@@ -1,9 +1,4 @@
-"""Generic webhook (the event's Go JSON, optional headers from the Secret): its conformance case.
-
-``CASES`` is run by the conformance kit (``tests/conformance/test_provider_conformance.py``) against a real
-local server; its ``expect`` checks the request against the reference, the expected bytes written out by
-hand. The builder has no other unit test: the event's Go JSON is pinned by ``test_event_model.py``.
-"""
+"""Generic webhook (the event's Go JSON, optional headers from the Secret): its conformance case."""
 
 from __future__ import annotations
 

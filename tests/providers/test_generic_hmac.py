@@ -1,9 +1,4 @@
-"""Generic webhook signed with HMAC-SHA256 (``X-Signature``): its conformance case.
-
-``CASES`` is run by the conformance kit (``tests/conformance/test_provider_conformance.py``) against a real
-local server; its ``expect`` checks the request against the reference, the expected bytes written out by
-hand. The builder has no other unit test: the case checks the signature over the exact bytes.
-"""
+"""Generic webhook signed with HMAC-SHA256 (``X-Signature``): its conformance case."""
 
 from __future__ import annotations
 

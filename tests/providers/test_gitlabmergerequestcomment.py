@@ -1,12 +1,5 @@
 """GitLab merge-request comments (reference §4.3): its conformance case and the pure tests of its request
 builder.
-
-``CASES`` is run by the conformance kit (``tests/conformance/test_provider_conformance.py``) against a real
-local server; its ``expect`` checks the request against the reference, the expected bytes written out by
-hand. The tests below call the builder directly, without a network.
-
-Commit-status and comment providers make several requests per delivery: the listing calls are
-answered by the case's ``prelude`` routes and the fault matrix targets the final create call.
 """
 
 from __future__ import annotations

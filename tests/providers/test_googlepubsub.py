@@ -1,10 +1,6 @@
 """Google Cloud Pub/Sub (REST publish with a service-account token): its conformance case and the pure tests of
 its request builder.
 
-``CASES`` registers the type with the conformance kit (``tests/conformance/test_provider_conformance.py``),
-which does not deliver it over HTTP (``http=False``). The tests below call the builder directly, without a
-network.
-
 ``tests/integration/test_git_providers.py`` delivers it for real, its API and token endpoints redirected
 with ``NC_GOOGLE_PUBSUB_API_URL`` and the key's ``token_uri``.
 """

@@ -1,9 +1,5 @@
 """NATS (publish to a subject): its conformance case and the pure tests of its request builder.
 
-``CASES`` registers the type with the conformance kit (``tests/conformance/test_provider_conformance.py``),
-which does not deliver it over HTTP (``http=False``). The tests below call the builder directly, without a
-network.
-
 NATS is not HTTP: ``tests/integration/test_git_providers.py`` delivers it to a real nats-server.
 """
 

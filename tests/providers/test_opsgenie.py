@@ -1,9 +1,4 @@
-"""Opsgenie (alert API with a GenieKey): its conformance case and the pure tests of its request builder.
-
-``CASES`` is run by the conformance kit (``tests/conformance/test_provider_conformance.py``) against a real
-local server; its ``expect`` checks the request against the reference, the expected bytes written out by
-hand. The tests below call the builder directly, without a network.
-"""
+"""Opsgenie (alert API with a GenieKey): its conformance case and the pure tests of its request builder."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
 """OpenTelemetry traces (OTLP/HTTP, reference §4.4): its conformance case and the pure tests of its request
 builder.
 
-``CASES`` registers the type with the conformance kit (``tests/conformance/test_provider_conformance.py``),
-which does not deliver it over HTTP (``http=False``). The tests below call the builder directly, without a
-network.
-
 The notifier needs the matching Alert in the delivery context, which the kit does not pass;
 ``tests/integration/test_git_providers.py`` delivers it for real.
 """

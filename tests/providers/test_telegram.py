@@ -1,9 +1,5 @@
 """Telegram (MarkdownV2 message through the Bot API; the token is in the URL): its conformance case and the
 pure tests of its request builder.
-
-``CASES`` is run by the conformance kit (``tests/conformance/test_provider_conformance.py``) against a real
-local server; its ``expect`` checks the request against the reference, the expected bytes written out by
-hand. The tests below call the builder directly, without a network.
 """
 
 from __future__ import annotations

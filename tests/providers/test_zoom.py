@@ -1,9 +1,4 @@
-"""Zoom (incoming webhook, full format): its conformance case and the pure tests of its request builder.
-
-``CASES`` is run by the conformance kit (``tests/conformance/test_provider_conformance.py``) against a real
-local server; its ``expect`` checks the request against the reference, the expected bytes written out by
-hand. The tests below call the builder directly, without a network.
-"""
+"""Zoom (incoming webhook, full format): its conformance case and the pure tests of its request builder."""
 
 from __future__ import annotations
 
