@@ -51,6 +51,9 @@ GO_ZERO_TIME = datetime(1, 1, 1, tzinfo=UTC)
 """Go's zero ``time.Time``: ``metav1.Time`` writes it as ``null``."""
 
 
+_recent_timestamps: dict[str, datetime] = {}  # a timestamp's text → its UTC datetime (bounded: 64)
+
+
 class EventDecodeError(ControllerError, ValueError):
     """The request body is not a Flux event. The message is safe to return to the client."""
 
@@ -70,10 +73,14 @@ _EVENT_FIELDS = (
 # no ``lower()``: the same answer, since a canonical name lowers to its own lower-case entry.
 _OBJ_CANON = {f.lower(): f for f in _OBJ_FIELDS} | {f: f for f in _OBJ_FIELDS}
 _EVENT_CANON = {f.lower(): f for f in _EVENT_FIELDS} | {f: f for f in _EVENT_FIELDS}
+_OBJ_NAMES = frozenset(_OBJ_FIELDS)
+_EVENT_NAMES = frozenset(_EVENT_FIELDS)
 
 
-def _canonical_keys(raw: dict[str, Any], canon: dict[str, str]) -> dict[str, Any]:
+def _canonical_keys(raw: dict[str, Any], canon: dict[str, str], names: frozenset[str]) -> dict[str, Any]:
     """Go matches JSON keys to struct fields case-insensitively; unknown keys are dropped."""
+    if names.issuperset(raw):  # every key spelled as the field (what Flux sends): nothing to rename
+        return dict(raw)
     out: dict[str, Any] = {}
     for key, value in raw.items():
         name = canon.get(key)
@@ -144,6 +151,8 @@ class Event(BaseModel):
     def _parse_timestamp(cls, value: Any) -> datetime | None:
         if value is None or isinstance(value, datetime):
             return value
+        if isinstance(value, str) and (parsed := _recent_timestamps.get(value)) is not None:
+            return parsed  # the same second as a recent event (they come in bursts): parsed once
         if not isinstance(value, str) or _RFC3339.fullmatch(value) is None:
             raise ValueError(_NOT_RFC3339)
         try:
@@ -151,9 +160,13 @@ class Event(BaseModel):
         except ValueError as exc:  # a field out of range (month 13, hour 24, offset 24:00, year 0000)
             raise ValueError(_NOT_RFC3339) from exc
         try:
-            return parsed.astimezone(UTC)
+            utc = parsed.astimezone(UTC)
         except OverflowError:  # the UTC instant is before year 1 or after year 9999
             raise ValueError("timestamp out of range (years 0001-9999 in UTC)") from None
+        if len(_recent_timestamps) >= 64:
+            _recent_timestamps.clear()
+        _recent_timestamps[value] = utc
+        return utc
 
     @field_validator("metadata", mode="before")
     @classmethod
@@ -180,12 +193,12 @@ class Event(BaseModel):
     def from_raw(cls, raw: Any) -> Event:
         if not isinstance(raw, dict):
             raise EventDecodeError("request body must be a JSON object")
-        data = _canonical_keys(raw, _EVENT_CANON)
+        data = _canonical_keys(raw, _EVENT_CANON, _EVENT_NAMES)
         obj = data.get("involvedObject")
         if obj is not None:
             if not isinstance(obj, dict):
                 raise EventDecodeError("involvedObject must be an object")
-            data["involvedObject"] = _canonical_keys(obj, _OBJ_CANON)
+            data["involvedObject"] = _canonical_keys(obj, _OBJ_CANON, _OBJ_NAMES)
         for key in ("severity", "message", "reason", "reportingController", "reportingInstance"):
             if key in data and data[key] is None:
                 data.pop(key)  # Go leaves a string field untouched on JSON null
