@@ -48,8 +48,19 @@ class ManualClock:
 def rfc3339(moment: datetime) -> str:
     """``2006-01-02T15:04:05Z`` (UTC, seconds precision) as metav1.Time serialises. The year is written
     with four digits (``0001``): glibc's ``%Y`` drops the leading zeros."""
-    t = moment.astimezone(UTC)
-    return f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:{t.second:02d}Z"
+    text = _rfc3339_recent.get(moment)
+    if text is None:
+        t = moment.astimezone(UTC)
+        text = f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:{t.second:02d}Z"
+        if len(_rfc3339_recent) >= 64:
+            _rfc3339_recent.clear()
+        _rfc3339_recent[moment] = text
+    return text
+
+
+# The events of a burst share their timestamps, and every delivery writes the event's (issue 17): the last
+# few texts are remembered. Keyed by the aware datetime (equal instants in any offset give the same text).
+_rfc3339_recent: dict[datetime, str] = {}
 
 
 def go_time_string(moment: datetime, monotonic: float) -> str:
