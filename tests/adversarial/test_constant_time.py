@@ -37,7 +37,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("receivers/guards.py", "digest in self._seen"): (
         "replay cache keyed by a SHA-256 of the public delivery id; presence is not a secret"
     ),
-    ("providers/git/bitbucketserver.py", "(str_field(existing, 'key') or '') == status.key"): (
+    ("providers/git/bitbucketserver.py", "(str_field(existing, 'key') or '') == status.id"): (
         "Bitbucket build-status key: the public commit status id, not a credential"
     ),
     ("providers/message.py", "key == name"): "the name of a message field (a metadata key), not a secret",
