@@ -39,15 +39,18 @@ from urllib.parse import urlsplit
 
 import aiohttp
 import orjson
-from kubernetes_asyncio import client as k8s_client
-from kubernetes_asyncio import config as k8s_config
-from kubernetes_asyncio.client.exceptions import ApiException, OpenApiException
-from kubernetes_asyncio.config.config_exception import ConfigException
 
 from ..core.apiref import build_api_path
 from ..errors import KubeError
+from . import library
 
 log = logging.getLogger(__name__)
+
+# Only the parts of kubernetes_asyncio used here, not its ~850 API and model modules (kube/library.py).
+_k8s = library.load()
+ApiException = _k8s.ApiException
+OpenApiException = _k8s.OpenApiException
+ConfigException = _k8s.ConfigException
 
 DEFAULT_QPS = 50.0
 DEFAULT_BURST = 300
@@ -194,7 +197,7 @@ def translate_exception(method: str, path: str, exc: BaseException) -> KubeError
         return KubeError(f"{where}: {type(exc).__name__}: {_short(exc)}")
     if isinstance(exc, ConfigException):
         return KubeError(f"invalid Kubernetes client configuration: {_short(exc)}")
-    if isinstance(exc, OpenApiException | OSError | ValueError):
+    if isinstance(exc, (OpenApiException, OSError, ValueError)):
         return KubeError(f"{where}: {type(exc).__name__}: {_short(exc)}")
     return KubeError(f"{where}: {type(exc).__name__}")
 
@@ -230,17 +233,17 @@ class ConfigSource:
 
     async def load(self) -> Any:
         """A fresh ``kubernetes_asyncio`` ``Configuration`` read from the files now."""
-        configuration = k8s_client.Configuration()
+        configuration = _k8s.Configuration()
         try:
             if self.kind == "kubeconfig":
-                await k8s_config.load_kube_config(
+                await _k8s.load_kube_config(
                     config_file=self.path,
                     context=self.context,
                     client_configuration=configuration,
                     persist_config=False,
                 )
             else:
-                load_incluster: Any = k8s_config.load_incluster_config
+                load_incluster: Any = _k8s.load_incluster_config
                 load_incluster(
                     client_configuration=configuration,
                     token_filename=self.token_file,
@@ -351,7 +354,7 @@ class KubeClient:
     @staticmethod
     def _new_api_client(configuration: Any) -> Any:
         try:
-            api = k8s_client.ApiClient(configuration)
+            api = _k8s.ApiClient(configuration)
         except (OSError, ValueError) as exc:  # unreadable CA or client certificate
             raise KubeError(f"invalid Kubernetes TLS configuration: {_short(exc)}") from exc
         api.user_agent = USER_AGENT

@@ -6,6 +6,9 @@ attempts, as Flux's context deadline does), proxies, TLS, retries (tenacity, dri
 the budget), response bodies capped at 64 KiB, and redaction: error texts carry no token, password or
 webhook URL. Redirects are followed only to the same scheme, host and port (Flux follows any; an
 authenticated request must never be replayed to another host, checklist E7).
+
+``aiohttp_socks`` is imported with the first SOCKS proxy and ``tenacity`` with the first retry (issue 17):
+most processes never use a SOCKS proxy, and most deliveries succeed at once.
 """
 
 from __future__ import annotations
@@ -20,17 +23,19 @@ import ssl
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import urljoin, urlsplit
 from urllib.request import getproxies, proxy_bypass
 
 import aiohttp
-from aiohttp_socks import ProxyConnector, ProxyError
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
 
 from ..core.redact import credential_echoes, mask_token, redact_url, redact_urls_in
 from ..errors import DeliveryError, FailureReason, PermanentDeliveryError, RetryableDeliveryError
 from .request import OutboundRequest, OutboundResponse
 from .retry import backoff, classify_exception, classify_status, describe_exception, failure_of
+
+if TYPE_CHECKING:
+    from tenacity import RetryCallState
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +88,8 @@ class OutboundHTTP:
         self._env_proxies: dict[str, str] = {}
         # SOCKS proxies work at the connector level in aiohttp: one pooled session per proxy URL.
         self._socks_sessions: OrderedDict[str, aiohttp.ClientSession] = OrderedDict()
+        # aiohttp_socks' ProxyError once a SOCKS session exists (only its connector raises it): () before
+        self._proxy_errors: tuple[type[Exception], ...] = ()
         self.attempts = 0  # total attempts made (observability and tests)
 
     async def start(self) -> None:
@@ -113,6 +120,9 @@ class OutboundHTTP:
             return self.session, proxy
         session = self._socks_sessions.get(proxy)
         if session is None:
+            from aiohttp_socks import ProxyConnector, ProxyError  # with the first SOCKS proxy
+
+            self._proxy_errors = (ProxyError,)
             connector = ProxyConnector.from_url(proxy, limit=64, rdns=True)
             session = aiohttp.ClientSession(
                 connector=connector,
@@ -193,6 +203,8 @@ class OutboundHTTP:
                     if first_delay >= deadline - loop.time():
                         raise
                     await asyncio.sleep(first_delay)
+                from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
+
                 async for attempt in AsyncRetrying(
                     stop=stop_after_attempt(attempts - 1),
                     wait=wait,
@@ -274,9 +286,8 @@ class OutboundHTTP:
                 )
         except DeliveryError:
             raise
-        except (
-            ProxyError
-        ) as exc:  # the SOCKS proxy refused (bad credentials, target not allowed): not transient
+        except self._proxy_errors as exc:
+            # the SOCKS proxy refused (bad credentials, target not allowed): not transient
             raise PermanentDeliveryError(
                 _mask(f"{request.method} {redact_url(request.url)}: SOCKS proxy error: {exc}", masks),
                 reason="proxy",

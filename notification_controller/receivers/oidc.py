@@ -18,6 +18,11 @@ fetches both on every request); responses are capped at ``max_document_bytes`` a
 The cache is an instance owned by the receiver server (never a module global), so tests and servers each
 own theirs. Only issuers configured on a Receiver (or the fixed Google key set) are ever fetched: the
 unverified ``iss`` of a token selects among configured providers, it never becomes a URL by itself.
+
+PyJWT is imported on the first key set or token, not with this module (issue 17): with it comes
+``cryptography`` (~10 MB of RSS, most of it its Rust extension), which a controller serving no
+``generic-oidc``/``gcr`` Receiver never needs. Both are declared dependencies; a missing one fails that
+first verification with its ``ModuleNotFoundError``.
 """
 
 from __future__ import annotations
@@ -29,7 +34,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import jwt
 import orjson
 
 from ..core.clock import Clock
@@ -182,6 +186,8 @@ class OIDCClient:
             if cached is not None and now - cached.fetched_at < (self.min_refresh if refresh else self.ttl):
                 return cached
             doc = await self._get_json(url)
+            import jwt  # on first use (see the module docstring)
+
             keys: list[tuple[str | None, Any]] = []
             for item in doc.get("keys", []) if isinstance(doc, dict) else []:
                 if not isinstance(item, dict) or item.get("use", "sig") != "sig":
@@ -207,6 +213,8 @@ class OIDCClient:
         now: datetime,
     ) -> dict[str, Any]:
         """Verify signature, ``iss`` ∈ issuers, ``aud`` ∋ audience, ``exp``, ``nbf``. Returns the claims."""
+        import jwt  # on first use (see the module docstring)
+
         try:
             header = jwt.get_unverified_header(token)
         except jwt.PyJWTError:
@@ -239,6 +247,8 @@ class OIDCClient:
     @staticmethod
     def _try_keys(token: str, keyset: _KeySet, alg: str, kid: str | None) -> bytes | None:
         candidates = [k for k_id, k in keyset.keys if kid is None or k_id == kid]
+        import jwt  # on first use (see the module docstring)
+
         for key in candidates:
             try:
                 decoded = jwt.PyJWS().decode_complete(token, key=key, algorithms=[alg])
