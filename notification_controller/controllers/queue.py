@@ -25,6 +25,7 @@ import asyncio
 import collections
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Hashable
 from typing import TYPE_CHECKING, Generic, TypeVar
 
@@ -39,6 +40,13 @@ K = TypeVar("K", bound=Hashable)
 
 DEFAULT_MIN_RETRY_DELAY = KubeSettings.min_retry_delay  # --min-retry-delay (settings.py)
 DEFAULT_MAX_RETRY_DELAY = KubeSettings.max_retry_delay
+
+YIELD_AFTER = 0.01
+"""Seconds a worker may reconcile key after key without suspending before it lets the loop run (issue 17).
+A reconcile that never waits (local mode: the cluster is in memory) would otherwise keep its worker on the
+loop until the queue is empty: 10,000 Alerts at start-up held ``/readyz`` and the event server for seconds.
+A queue that drains within that time is processed as before, in one go (at a small start-up, every
+Provider before the Alerts that use them); a reconcile that waits on the API server yields anyway."""
 
 
 class WorkQueue(Generic[K]):
@@ -219,10 +227,14 @@ class WorkQueue(Generic[K]):
             await asyncio.gather(*self._workers, return_exceptions=True)
 
     async def _worker(self, handler: Callable[[K], Awaitable[None]]) -> None:
+        running_since = time.monotonic()
         while True:
+            idle = not self._queue
             key = await self.get()
             if key is None:
                 return
+            if idle:  # waited for the key: the loop ran meanwhile
+                running_since = time.monotonic()
             try:
                 await handler(key)
             except asyncio.CancelledError:
@@ -234,6 +246,9 @@ class WorkQueue(Generic[K]):
                 self.add_rate_limited(key)
             finally:
                 self.done(key)
+            if time.monotonic() - running_since >= YIELD_AFTER:  # see YIELD_AFTER
+                await asyncio.sleep(0)
+                running_since = time.monotonic()
 
     async def shutdown(self, deadline: float | None = None) -> bool:
         """Stop: refuse new keys, drop queued and delayed ones, let in-flight keys finish.
