@@ -381,7 +381,9 @@ class LocalManifests:
         if isinstance(obj, Secret):
             return obj
         key = (obj.KIND, obj.metadata.namespace, obj.metadata.name)
-        spec = obj.spec.model_dump()
+        # the spec model itself (the object keeps it anyway): a model compares by value, and a dumped copy
+        # per object cost ~1 KB each (11 MB at 10,000 Alerts, issue 17)
+        spec = obj.spec
         previous = self._generations.get(key)
         generation = obj.metadata.generation or 1
         if previous is not None and not obj.metadata.generation:

@@ -173,6 +173,9 @@ def test_reload_applies_deletions_and_keeps_controller_status(tmp_path: Path) ->
     provider = store.provider("apps", "slack")
     assert isinstance(provider, Provider)
     assert provider.metadata.generation == 1
+    path.write_text(GOOD + "\n# the same objects\n")
+    feeder.load()  # an unchanged spec keeps its generation (specs compared by value)
+    assert [p.metadata.generation for p in store.providers()] == [1]
     path.write_text(GOOD.split("---")[0].replace("services/x", "services/y"))
     feeder.load()
     assert store.alert("default", "a") is None
