@@ -133,7 +133,7 @@ def test_two_thousand_secrets_ready_in_seconds_with_every_listener_answering(tmp
                     f"{CHURN} rotated Secrets reaching their Receivers",
                     proc,
                 )
-                time.sleep(2.5)  # keep probing a little after the churn was absorbed
+                probes.keep_probing(since=mark)  # a little after the churn was absorbed
             current, peak = rss(proc.pid)
         finally:
             if proc.poll() is None:

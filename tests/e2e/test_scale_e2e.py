@@ -182,7 +182,7 @@ def test_two_thousand_secrets_on_the_api_server(
                 f"{CHURN} rotated Secrets reaching their Receivers",
                 ctl,
             )
-            time.sleep(2.5)  # keep probing a little after the churn was absorbed
+            probes.keep_probing(since=mark)  # a little after the churn was absorbed
         current, peak = rss(ctl.proc.pid)
     finally:
         code = ctl.stop()

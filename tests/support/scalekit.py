@@ -228,6 +228,18 @@ class ListenerProbes:
     def mark(self) -> float:
         return time.monotonic()
 
+    def keep_probing(
+        self, *, since: float, minimum: int = 2, at_least: float = 2.5, timeout: float = 20.0
+    ) -> None:
+        """Keep probing for ``at_least`` seconds and until every listener has been asked ``minimum`` times
+        since ``since`` (the slow /metrics probe may need longer), at most ``timeout`` seconds."""
+        start = time.monotonic()
+        while time.monotonic() - start < timeout:
+            enough = all(len([s for s in p.samples if s.at >= since]) >= minimum for p in self.probes)
+            if enough and time.monotonic() - start >= at_least:
+                return
+            time.sleep(0.1)
+
     def assert_answering(self, bound: float = ANSWER_BOUND, *, since: float = 0.0, minimum: int = 2) -> None:
         """Every listener answered as expected and within ``bound`` seconds, from when it was first up
         (and at least ``minimum`` times after ``since``)."""
