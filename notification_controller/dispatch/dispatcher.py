@@ -26,6 +26,7 @@ import logging
 import time
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from ..api.alert import Alert
 from ..api.event import MD_TOKEN, Event
@@ -88,11 +89,10 @@ class DispatchSettings:
         )
 
 
-class Outbox:
-    """Where notifications go instead of the lanes when the store is durable (``durable.py``)."""
+class Outbox(Protocol):
+    """Where notifications go instead of the lanes when the store is durable (``outbox.py``)."""
 
-    async def put(self, notifications: Sequence[Notification]) -> None:
-        raise NotImplementedError
+    async def put(self, notifications: Sequence[Notification]) -> None: ...
 
 
 Candidates = list[tuple[CompiledAlert, SourceMatch]]

@@ -20,14 +20,14 @@ from ..errors import ControllerError
 from ..metrics import DeliveryMetrics
 from ..state.base import LaneStats, Lease, NewItem, Store
 from ..store.base import ObjectRef
-from .dispatcher import Dispatcher, Outbox
+from .dispatcher import Dispatcher
 from .durable import BreakerState, DurableSettings, OutboxRunner, Outcome, Result
 from .model import Notification
 
 log = logging.getLogger(__name__)
 
 
-class DurableOutbox(Outbox):
+class DurableOutbox:
     def __init__(
         self,
         store: Store,

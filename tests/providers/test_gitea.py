@@ -66,7 +66,7 @@ def test_constructor_errors(kw: dict[str, Any], message: str) -> None:
 def test_gitea_posts_pending_for_progressing() -> None:
     notifier = GiteaNotifier(opts(ProviderType.GITEA, address="https://gitea.example.com/o/r", token="gt"))
     status = notifier.build_status(make_event(reason="Progressing"))
-    assert status.state == "pending"
+    assert status is not None and status.state == "pending"
     assert notifier.state(make_event(severity="error")) == "failure"
     create = notifier.create_request(status)
     assert create.url == f"https://gitea.example.com/api/v1/repos/o/r/statuses/{SHA}"

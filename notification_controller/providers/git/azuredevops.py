@@ -89,7 +89,7 @@ class AzureDevOpsNotifier(CommitStatusNotifier):
         if status is None:
             return None
         summary = event.metadata.get("summary")
-        return dataclasses.replace(status, name="", genre=f"{GENRE}:{summary}" if summary else GENRE)
+        return dataclasses.replace(status, genre=f"{GENRE}:{summary}" if summary else GENRE)
 
     def list_request(self, status: CommitStatus, token: str = "") -> OutboundRequest:
         return OutboundRequest("GET", self._url(status.sha), self._headers(token or self.token))

@@ -251,6 +251,7 @@ class CommitStatusNotifier(abc.ABC):
     opts: ProviderOptions
     forge: ClassVar[str]  # in "can't convert to <forge> state"
     states: ClassVar[tuple[str, str]]  # the forge's state for info and for error events
+    skips_progressing: ClassVar[bool] = True  # a Progressing event sets no status (Gitea: ``pending``)
     list_what: ClassVar[str] = "could not list commit statuses"
     create_what: ClassVar[str] = "could not create commit status"
     missing_is_empty: ClassVar[bool] = False
@@ -261,7 +262,7 @@ class CommitStatusNotifier(abc.ABC):
 
     def build_status(self, event: Event, commit_status: str = "") -> CommitStatus | None:
         """The status for ``event``, or None when the event sets none (``Progressing``)."""
-        if is_progressing(event):
+        if self.skips_progressing and is_progressing(event):
             return None
         sha = commit_sha(event)
         state = self.state(event)

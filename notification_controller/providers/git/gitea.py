@@ -23,9 +23,6 @@ from ..common import go_json, json_list, path_segment, str_field
 from .base import (
     CommitStatus,
     CommitStatusNotifier,
-    commit_sha,
-    commit_status_id,
-    format_name_and_description,
     is_progressing,
     severity_state,
 )
@@ -52,6 +49,7 @@ def duplicate_gitea_status(statuses: list[dict[str, Any]], status: CommitStatus)
 class GiteaNotifier(CommitStatusNotifier):
     forge: ClassVar[str] = "gitea"
     states: ClassVar[tuple[str, str]] = ("success", "failure")
+    skips_progressing: ClassVar[bool] = False  # unlike the other forges: a pending status
     api_proxy: ClassVar[bool] = True
     type: ClassVar[ProviderType] = ProviderType.GITEA
     uses_proxy: ClassVar[bool] = True
@@ -64,13 +62,6 @@ class GiteaNotifier(CommitStatusNotifier):
 
     def state(self, event: Event) -> str:
         return "pending" if is_progressing(event) else severity_state(event, *self.states, self.forge)
-
-    def build_status(self, event: Event, commit_status: str = "") -> CommitStatus:
-        """Unlike the other forges, a ``Progressing`` event sets a ``pending`` status."""
-        sha = commit_sha(event)
-        state = self.state(event)
-        _, description = format_name_and_description(event)
-        return CommitStatus(sha, state, description, commit_status_id(self.opts, event, commit_status))
 
     def list_request(self, status: CommitStatus, token: str = "") -> OutboundRequest:
         url = self.repo.url("commits", path_segment(status.sha), "statuses") + "?page=0&limit=50"
