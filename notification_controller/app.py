@@ -43,9 +43,10 @@ from .hooks import Hooks, load_hooks_config
 from .metrics import DeliveryMetrics, EventMetrics
 from .outbound import OutboundHTTP, RetryPolicy
 from .providers.tokens import TokenCache
-from .server.events import EventServerSettings, create_event_app
+from .server.events import EventServerSettings, create_event_server
 from .server.events import runner_kwargs as event_runner_kwargs
 from .server.health import create_health_app
+from .server.http1 import HTTPServer
 from .server.metrics import create_metrics_app
 from .settings import Settings, compat_notices
 from .state import store_from_settings
@@ -99,6 +100,7 @@ class App:
         self._feeder: Any = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._runners: dict[str, web.AppRunner] = {}
+        self._event_server: HTTPServer | None = None
         self._stopping = False
         self._freeze_loaded = False  # serve_forever: freeze the first load's objects at once (_no_gc)
         self._serving = False  # every listener bound: /readyz must not say ready before :9090 answers
@@ -276,18 +278,17 @@ class App:
             self._tasks.append(asyncio.create_task(self._feeder.watch(), name="manifests-watch"))
         else:
             self._tasks.extend(await self._kube.start())
-        await self._serve(
-            "events",
-            create_event_app(
-                self.dispatcher,
-                self.limiter,
-                self.metrics,
-                ready=self.ready,
-                shared_window=self.shared_window,
-                export_path_metrics=s.server.export_http_path_metrics,
-            ),
-            s.server.events_addr,
+        self._event_server = create_event_server(
+            self.dispatcher,
+            self.limiter,
+            self.metrics,
+            ready=self.ready,
+            shared_window=self.shared_window,
+            export_path_metrics=s.server.export_http_path_metrics,
         )
+        host, port = split_addr(s.server.events_addr)
+        self.ports["events"] = await self._event_server.start(host, port)
+        log.info("events server listening on %s", f"{host or '0.0.0.0'}:{self.ports['events']}")
         await self._serve("receiver", self._receiver_app(), s.server.receiver_addr)
         self._serving = True
         self._tasks.extend(self._controllers())
@@ -320,10 +321,12 @@ class App:
             return
         self._stopping = True
         log.info("shutting down: draining deliveries for up to %gs", self.settings.server.shutdown_grace)
-        for name in ("events", "receiver"):
-            runner = self._runners.pop(name, None)
-            if runner is not None:
-                await runner.cleanup()
+        if self._event_server is not None:
+            await self._event_server.stop(grace=5.0)
+            self._event_server = None
+        runner = self._runners.pop("receiver", None)
+        if runner is not None:
+            await runner.cleanup()
         abandoned = await self.dispatcher.shutdown(self.settings.server.shutdown_grace)
         if self.outbox is not None:  # what is in flight is kept: its lease runs out, it is sent again later
             await self.outbox.runner.stop(grace=self.settings.server.shutdown_grace)

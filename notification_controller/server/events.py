@@ -7,13 +7,13 @@ Deliberate differences (documented in README "Compatibility"):
 * until the object cache has synced, and while shutting down, the answer is 503, not 202: Flux's
   producers retry a 503, whereas a 202 from an empty cache silently loses the event (checklist C3/D10).
 
-Slow clients (checklist B7; Flux: ReadHeaderTimeout 10 s, ReadTimeout 30 s). aiohttp has no header-read
-timeout, but it arms its keep-alive timer when a connection is accepted and again after each response, and
-closes the connection if no complete request head arrived by then: ``runner_kwargs`` sets that timer to
-``EventServerSettings.header_timeout``, so a silent client or one trickling its headers is closed after
-10 s (idle keep-alive connections too). The body is read within ``body_read_timeout`` (30 s) → 400 and the
-connection is closed after at most ``lingering_time`` (2 s, as Go discards a bounded rest of the body; aiohttp
-would read and discard for 10 s). An oversized or unreadable body also closes the connection.
+The HTTP/1.1 server is ``server/http1.py`` (llhttp via ``httptools``), not aiohttp's: it costs a quarter of
+aiohttp's CPU per request, and with the memory store an event is answered without a task (issue 17). Slow
+clients (checklist B7; Flux: ReadHeaderTimeout 10 s, ReadTimeout 30 s): a request head must arrive within
+``header_timeout`` (10 s) of the accept or of the previous answer — a silent client, one trickling its headers
+and an idle keep-alive connection are closed; the body within ``body_read_timeout`` (30 s) → 400, and the
+connection is closed after at most ``lingering_time`` (2 s, as Go discards a bounded rest of the body). An
+oversized (413) or unparsable (400) request also closes the connection.
 
 ``--export-http-path-metrics`` labels the HTTP metrics with the request path, as Flux does, but only paths
 the event server knows (``KNOWN_PATHS``: ``/``, where Flux's controllers POST) get their own ``handler``
@@ -27,11 +27,9 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
-
-from aiohttp import web
 
 from ..api.event import Event, EventDecodeError
 from ..core.metadata import cleanup_metadata
@@ -40,6 +38,7 @@ from ..dispatch.dispatcher import Dispatcher
 from ..dispatch.duplicates import SharedDuplicateWindow
 from ..errors import StoreError
 from ..metrics import EventMetrics
+from .http1 import HTTPServer, Request, Response, ServerLimits
 
 log = logging.getLogger(__name__)
 
@@ -50,17 +49,27 @@ KNOWN_PATHS = frozenset({_HANDLER})
 OTHER_PATH = "other"
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "CONNECT", "TRACE"})
 CLIENT_CLOSED = 499  # metric code of a request whose client went away (nginx's convention), never a 5xx
+_REJECTED_BY_SERVER = {413: "too_large", 400: "bad_request"}  # answers the HTTP server gives by itself
 
 
 @dataclass(frozen=True)
 class EventServerSettings:
-    header_timeout: float = 10.0  # aiohttp keep-alive timer: request head and idle connections
+    header_timeout: float = 10.0  # request head within this of the accept or the last answer; idle keep-alive
     body_read_timeout: float = 30.0  # whole body (Flux: ReadTimeout 30 s)
     lingering_time: float = 2.0  # unread body discarded after the answer, then close (aiohttp: 10 s)
 
+    def limits(self) -> ServerLimits:
+        return ServerLimits(
+            max_body=MAX_BODY,
+            header_timeout=self.header_timeout,
+            body_timeout=self.body_read_timeout,
+            lingering_time=self.lingering_time,
+        )
+
 
 def runner_kwargs(settings: EventServerSettings) -> dict[str, Any]:
-    """Keyword arguments for ``web.AppRunner`` serving this app (also used for health and metrics)."""
+    """Keyword arguments for ``web.AppRunner`` serving an aiohttp app with the event server's connection
+    limits (the health and metrics servers)."""
     return {
         "access_log": None,
         "handler_cancellation": True,
@@ -69,7 +78,159 @@ def runner_kwargs(settings: EventServerSettings) -> dict[str, Any]:
     }
 
 
-def create_event_app(
+class EventEndpoint:
+    """The event endpoint: a request in, an answer out. With the memory store everything up to the 202 is
+    synchronous (no task, no await); a durable store's duplicate window and outbox are awaited on a task."""
+
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        limiter: FixedWindowLimiter,
+        metrics: EventMetrics,
+        *,
+        ready: Callable[[], bool],
+        shared_window: SharedDuplicateWindow | None = None,
+        export_path_metrics: bool = False,
+    ) -> None:
+        self.dispatcher = dispatcher
+        self.limiter = limiter
+        self.metrics = metrics
+        self.ready = ready
+        self.shared_window = shared_window
+        self.export_path_metrics = export_path_metrics
+        self._events_received = metrics.events_received
+        # Metric children are cached: ``labels()`` cost more than the rest of the bookkeeping (profile). Every
+        # label value is from a fixed set (handler: KNOWN_PATHS + other; method: _METHODS + OTHER; code: HTTP
+        # statuses), so the caches and the series stay bounded.
+        self._inflight: dict[str, Any] = {}
+        self._observed: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+
+    # ---- the HTTP server's Handler -----------------------------------------------------------------------
+    def __call__(self, request: Request) -> Response | Coroutine[Any, Any, Response]:
+        start = time.perf_counter()
+        try:
+            result = self.process(request)
+        except Exception:
+            self._observe(request, 500, 0, start)
+            raise
+        if isinstance(result, Response):
+            # answered without yielding to the loop: no scrape can see it in flight, so the gauge is not moved
+            self._observe(request, result.status, len(result.body), start)
+            return result
+        return self._finish(request, result, start)
+
+    def refused(self, request: Request, status: int) -> Response:
+        """Answers the HTTP server gives itself (413 body too large, 400 body too slow) and requests whose
+        client left before the answer (499, nothing is sent)."""
+        reason = _REJECTED_BY_SERVER.get(status)
+        if reason is not None:
+            self.metrics.events_rejected.labels(reason=reason).inc()
+            if status == 400:
+                log.debug("rejecting event: body not received within the read timeout")
+        response = Response(status, close=True)
+        self._observe(request, status, 0, time.perf_counter())
+        return response
+
+    async def _finish(
+        self, request: Request, pending: Coroutine[Any, Any, Response], start: float
+    ) -> Response:
+        label = self._label(request)
+        inflight = self._inflight.get(label)
+        if inflight is None:
+            inflight = self._inflight[label] = self.metrics.http_inflight.labels(service="", handler=label)
+        inflight.inc()
+        status, size = 500, 0
+        try:
+            response = await pending
+            status, size = response.status, len(response.body)
+            return response
+        except asyncio.CancelledError:  # the client closed the connection
+            status = CLIENT_CLOSED
+            raise
+        finally:
+            inflight.dec()
+            self._observe(request, status, size, start)
+
+    def _label(self, request: Request) -> str:
+        return path_label(request.path) if self.export_path_metrics else _HANDLER
+
+    def _observe(self, request: Request, status: int, size: int, start: float) -> None:
+        method = request.method if request.method in _METHODS else "OTHER"  # no free-form label values
+        key = (self._label(request), method, status)
+        children = self._observed.get(key)
+        if children is None:
+            labels = {"service": "", "handler": key[0], "method": method, "code": str(status)}
+            children = (self.metrics.http_duration.labels(**labels), self.metrics.http_size.labels(**labels))
+            self._observed[key] = children
+        children[0].observe(time.perf_counter() - start)
+        children[1].observe(size)
+
+    # ---- the endpoint --------------------------------------------------------------------------------------
+    def process(self, request: Request) -> Response | Coroutine[Any, Any, Response]:
+        metrics = self.metrics
+        if request.method != "POST":
+            metrics.events_rejected.labels(reason="method").inc()
+            return Response(405, {"Allow": "POST"})
+        try:
+            event = Event.decode(request.body)
+        except EventDecodeError as exc:
+            metrics.events_rejected.labels(reason="bad_request").inc()
+            log.debug("rejecting event: %s", exc)
+            return Response.text(400, f"{exc}\n")
+        cleaned = cleanup_metadata(event.metadata, event.object_group)
+        if cleaned != event.metadata:
+            event = event.model_copy(update={"metadata": cleaned})
+        if not self.ready():
+            metrics.events_rejected.labels(reason="not_ready").inc()
+            return Response(503, {"Retry-After": "5"})
+        key = event_key(event)
+        if self.shared_window is not None or self.dispatcher.outbox is not None:
+            return self._durable(event, key)
+        decision = self.limiter.take(key)
+        if not decision.allowed:
+            return self._duplicate(event, decision.headers())
+        self.dispatcher.submit(event)
+        self._events_received.inc()
+        return Response(202, decision.headers())
+
+    async def _durable(self, event: Event, key: str) -> Response:
+        """A durable store: the duplicate window may be shared by every replica (dispatch/duplicates.py), and
+        the 202 comes once the notifications are stored."""
+        shared_window = self.shared_window
+        if shared_window is None:
+            decision = self.limiter.take(key)
+        else:
+            try:
+                decision = await shared_window.take(key)
+            except StoreError as exc:
+                return self._store_unavailable(event, exc)
+        headers = decision.headers()
+        if not decision.allowed:
+            return self._duplicate(event, headers)
+        try:
+            await self.dispatcher.admit(event)
+        except StoreError as exc:  # durable store unreachable: never 202-and-lose; the emitter retries
+            if shared_window is not None:
+                # the window ends by itself if even this fails; until then the retry is answered 429
+                with contextlib.suppress(StoreError):
+                    await shared_window.release(key)
+            return self._store_unavailable(event, exc)
+        self._events_received.inc()
+        return Response(202, headers)
+
+    def _duplicate(self, event: Event, headers: dict[str, str]) -> Response:
+        self.metrics.events_rejected.labels(reason="rate_limited").inc()
+        log.debug("Discarding event, rate limiting duplicate events: %s", event.involved_object.describe())
+        headers["X-Content-Type-Options"] = "nosniff"
+        return Response.text(429, "Too Many Requests\n", headers)
+
+    def _store_unavailable(self, event: Event, exc: StoreError) -> Response:
+        self.metrics.events_rejected.labels(reason="store_unavailable").inc()
+        log.warning("refusing event for %s (503): %s", event.involved_object.describe(), exc)
+        return Response.text(503, "state store unavailable\n", {"Retry-After": "5"})
+
+
+def create_event_server(
     dispatcher: Dispatcher,
     limiter: FixedWindowLimiter,
     metrics: EventMetrics,
@@ -78,141 +239,20 @@ def create_event_app(
     shared_window: SharedDuplicateWindow | None = None,
     export_path_metrics: bool = False,
     settings: EventServerSettings | None = None,
-) -> web.Application:
-    body_read_timeout = (settings or EventServerSettings()).body_read_timeout
-
-    # Metric children are cached: ``labels()`` cost more than the rest of the middleware (profile). Every
-    # label value is from a fixed set (handler: KNOWN_PATHS + other; method: _METHODS + OTHER; code: HTTP
-    # statuses), so the caches and the series stay bounded.
-    inflight_children: dict[str, Any] = {}
-    observed_children: dict[tuple[str, str, str], tuple[Any, Any]] = {}
-    events_received = metrics.events_received
-
-    def observed(label: str, method: str, code: str) -> tuple[Any, Any]:
-        key = (label, method, code)
-        children = observed_children.get(key)
-        if children is None:
-            labels = {"service": "", "handler": label, "method": method, "code": code}
-            children = (metrics.http_duration.labels(**labels), metrics.http_size.labels(**labels))
-            observed_children[key] = children
-        return children
-
-    async def handle(request: web.Request) -> web.StreamResponse:
-        # The HTTP metrics, measured here rather than in a middleware: the only route is this handler, and
-        # aiohttp's middleware chain cost ~2 µs per request more (issue 17, profile).
-        label = path_label(request.path) if export_path_metrics else _HANDLER
-        method = request.method if request.method in _METHODS else "OTHER"  # no free-form label values
-        inflight = inflight_children.get(label)
-        if inflight is None:
-            inflight = inflight_children[label] = metrics.http_inflight.labels(service="", handler=label)
-        inflight.inc()
-        start = time.perf_counter()
-        status = 500
-        size = 0
-        try:
-            response = await process(request)
-            status = response.status
-            # body_length is only known once sent; the body (and so Content-Length) is known now
-            size = response.content_length or 0
-            return response
-        except web.HTTPException as exc:
-            status = exc.status
-            raise
-        except asyncio.CancelledError:  # the client closed the connection (handler_cancellation)
-            status = CLIENT_CLOSED
-            raise
-        finally:
-            inflight.dec()
-            duration, response_size = observed(label, method, str(status))
-            duration.observe(time.perf_counter() - start)
-            response_size.observe(size)
-
-    async def read_body(request: web.Request) -> bytes:
-        # A body that arrived with the request head is complete already (aiohttp's parser fed it and its
-        # end before the handler ran): no timer needed. ``asyncio.timeout`` cost ~3 µs per event and leaves
-        # a cancelled timer in the loop's heap each time (issue 17, profile).
-        if request.content.is_eof():
-            return await request.read()
-        async with asyncio.timeout(body_read_timeout):
-            return await request.read()
-
-    async def process(request: web.Request) -> web.Response:
-        if request.method != "POST":
-            metrics.events_rejected.labels(reason="method").inc()
-            return web.Response(status=405, headers={"Allow": "POST"})
-        if request.content_length is not None and request.content_length > MAX_BODY:
-            metrics.events_rejected.labels(reason="too_large").inc()
-            return _closing(413)
-        try:
-            body = await read_body(request)
-        except web.HTTPRequestEntityTooLarge:
-            metrics.events_rejected.labels(reason="too_large").inc()
-            return _closing(413)
-        except TimeoutError:
-            metrics.events_rejected.labels(reason="bad_request").inc()
-            log.debug("rejecting event: body not received within %gs", body_read_timeout)
-            return _closing(400)
-        except (OSError, ValueError, RuntimeError):
-            metrics.events_rejected.labels(reason="bad_request").inc()
-            return _closing(400)
-        try:
-            event = Event.decode(body)
-        except EventDecodeError as exc:
-            metrics.events_rejected.labels(reason="bad_request").inc()
-            log.debug("rejecting event: %s", exc)
-            return web.Response(status=400, text=f"{exc}\n")
-        cleaned = cleanup_metadata(event.metadata, event.object_group)
-        if cleaned != event.metadata:
-            event = event.model_copy(update={"metadata": cleaned})
-        if not ready():
-            metrics.events_rejected.labels(reason="not_ready").inc()
-            return web.Response(status=503, headers={"Retry-After": "5"})
-        key = event_key(event)
-        if shared_window is None:
-            decision = limiter.take(key)
-        else:  # a durable store: the window is shared by every replica (dispatch/duplicates.py)
-            try:
-                decision = await shared_window.take(key)
-            except StoreError as exc:
-                return _store_unavailable(event, exc)
-        headers = decision.headers()
-        if not decision.allowed:
-            metrics.events_rejected.labels(reason="rate_limited").inc()
-            log.debug(
-                "Discarding event, rate limiting duplicate events: %s", event.involved_object.describe()
-            )
-            headers["X-Content-Type-Options"] = "nosniff"
-            return web.Response(status=429, text="Too Many Requests\n", headers=headers)
-        try:
-            await dispatcher.admit(event)
-        except StoreError as exc:  # durable store unreachable: never 202-and-lose; the emitter retries
-            if shared_window is not None:
-                # the window ends by itself if even this fails; until then the retry is answered 429
-                with contextlib.suppress(StoreError):
-                    await shared_window.release(key)
-            return _store_unavailable(event, exc)
-        events_received.inc()
-        return web.Response(status=202, headers=headers)
-
-    def _store_unavailable(event: Event, exc: StoreError) -> web.Response:
-        metrics.events_rejected.labels(reason="store_unavailable").inc()
-        log.warning("refusing event for %s (503): %s", event.involved_object.describe(), exc)
-        return web.Response(status=503, text="state store unavailable\n", headers={"Retry-After": "5"})
-
-    app = web.Application(client_max_size=MAX_BODY)
-    app.router.add_route("*", "/{tail:.*}", handle)
-    return app
+) -> HTTPServer:
+    """The event server (not yet listening: ``await server.start(host, port)``)."""
+    endpoint = EventEndpoint(
+        dispatcher,
+        limiter,
+        metrics,
+        ready=ready,
+        shared_window=shared_window,
+        export_path_metrics=export_path_metrics,
+    )
+    return HTTPServer(endpoint, (settings or EventServerSettings()).limits())
 
 
 def path_label(path: str) -> str:
     """The ``handler`` label of a request path with ``--export-http-path-metrics``: bounded, never the
     client's free choice."""
     return path if path in KNOWN_PATHS else OTHER_PATH
-
-
-def _closing(status: int) -> web.Response:
-    """A response after which the connection is closed (any unread body is discarded for at most
-    ``lingering_time``, then the socket is closed)."""
-    response = web.Response(status=status)
-    response.force_close()
-    return response

@@ -45,7 +45,7 @@ async def _post_in_pieces(port: int, pieces: list[bytes], pause: float) -> int:
 
 async def test_a_body_after_the_head_is_read_and_a_late_one_is_refused() -> None:
     settings = EventServerSettings(header_timeout=5.0, body_read_timeout=1.0, lingering_time=0.5)
-    runner, port, http = await _event_runner(settings)
+    server, port, http = await _event_runner(settings)
     try:
 
         def pieces(message: str) -> tuple[bytes, bytes, bytes]:
@@ -59,7 +59,7 @@ async def test_a_body_after_the_head_is_read_and_a_late_one_is_refused() -> None
         split = await _post_in_pieces(port, list(pieces("split")), 0.2)
         late = await _post_in_pieces(port, list(pieces("late")), 0.7)  # the body's end after 1.4 s > 1 s
     finally:
-        await runner.cleanup()
+        await server.stop()
         await http.close()
     assert (together, split, late) == (202, 202, 400)
 

@@ -2,15 +2,15 @@
 B12, C6, C10; reference §3.1–3.2).
 
 The event server runs inside the real controller (``App`` in local mode, ``tests/integration/appkit``) or,
-where a test needs short timeouts, as ``create_event_app`` on an ``AppRunner`` built with the production
-``runner_kwargs``. Every answer must be a deliberate status (202/400/405/413/429), never a 5xx, the process
+where a test needs short timeouts, as ``create_event_server`` with shortened ``EventServerSettings``. Every answer must be a deliberate status (202/400/405/413/429), never a 5xx, the process
 keeps serving, and nothing is logged at ERROR or with a traceback for a client's mistake.
 
 Pinned statuses (event endpoint): malformed JSON, deep nesting, NaN/Infinity, invalid UTF-8, lone
 surrogates, wrong types → 400 with a one-line reason; duplicate keys → 202, the last value wins (as Go's
 ``encoding/json``); Content-Type is ignored (as Flux); body of exactly 3 MiB → 202, one byte more, 10× with
 Content-Length, or 10× chunked → 413 and the connection is closed; header line > 8190 bytes, > 128 headers,
-a non-token header name, smuggling (Content-Length + chunked) → 400 from aiohttp's parser; non-ASCII header
+a non-token header name, smuggling (Content-Length + chunked), obsolete line folding, two Content-Lengths → 400 from the parser
+(llhttp, strict); non-ASCII header
 values are ignored (202); a client closing mid-body is recorded as code 499, not 500.
 
 Slow clients (B7): the keep-alive timer (``header_timeout``, 10 s) closes a silent client and one trickling
@@ -32,7 +32,6 @@ from typing import Any, TypeVar
 
 import aiohttp
 import pytest
-from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
@@ -47,9 +46,9 @@ from notification_controller.outbound import OutboundHTTP
 from notification_controller.server.events import (
     MAX_BODY,
     EventServerSettings,
-    create_event_app,
-    runner_kwargs,
+    create_event_server,
 )
+from notification_controller.server.http1 import HTTPServer
 from notification_controller.server.receivers import ReceiverServerSettings
 from notification_controller.store.base import ObjectStore
 from tests.adversarial.kit import (
@@ -393,8 +392,8 @@ async def test_client_closing_mid_body(
 # ---- slowloris (B7) ----------------------------------------------------------------------------------
 
 
-async def _event_runner(server_settings: EventServerSettings) -> tuple[web.AppRunner, int, OutboundHTTP]:
-    """The event app with no Alerts (every event is 202 and unmatched), served as ``App._serve`` does."""
+async def _event_runner(server_settings: EventServerSettings) -> tuple[HTTPServer, int, OutboundHTTP]:
+    """The event server with no Alerts (every event is 202 and unmatched), built as ``App.start`` does."""
     store = ObjectStore()
     store.mark_synced()
     metrics = EventMetrics(CollectorRegistry())
@@ -402,14 +401,9 @@ async def _event_runner(server_settings: EventServerSettings) -> tuple[web.AppRu
     await http.start()
     dispatcher = Dispatcher(store, MemoryCluster(), http, LogSink(), metrics)
     limiter = FixedWindowLimiter(300.0, SystemClock())
-    app = create_event_app(dispatcher, limiter, metrics, ready=lambda: True, settings=server_settings)
-    runner = web.AppRunner(app, **runner_kwargs(server_settings))
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    server = site._server
-    assert isinstance(server, asyncio.base_events.Server)
-    return runner, server.sockets[0].getsockname()[1], http
+    server = create_event_server(dispatcher, limiter, metrics, ready=lambda: True, settings=server_settings)
+    port = await server.start("127.0.0.1", 0)
+    return server, port, http
 
 
 def slowloris(port: int, path: str, n: int = 50) -> list[tuple[str, SlowClient]]:
@@ -448,7 +442,7 @@ async def test_slow_clients_are_closed_and_do_not_block_the_event_server() -> No
     keep-alive timer, body tricklers get 400 at ``body_read_timeout`` and are closed ``lingering_time`` later;
     none is closed before its timeout."""
     server_settings = EventServerSettings(header_timeout=2.0, body_read_timeout=2.0, lingering_time=1.0)
-    runner, port, http = await _event_runner(server_settings)
+    server, port, http = await _event_runner(server_settings)
     try:
         clients = slowloris(port, "/")
 
@@ -459,7 +453,7 @@ async def test_slow_clients_are_closed_and_do_not_block_the_event_server() -> No
 
         latency = await _served_while_attacked(clients, normal(), 202)
     finally:
-        await runner.cleanup()
+        await server.stop()
         await http.close()
     assert latency < 1.0
     _assert_closed_by_timeouts(clients, header=2.0, body=2.0, linger=1.0)

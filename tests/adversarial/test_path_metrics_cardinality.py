@@ -12,14 +12,12 @@ flag's wiring, the real controller in local mode.
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
 import pytest
-from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from notification_controller.app import App
@@ -28,7 +26,7 @@ from notification_controller.core.ratelimit import FixedWindowLimiter
 from notification_controller.dispatch.dispatcher import Dispatcher
 from notification_controller.metrics import EventMetrics
 from notification_controller.outbound import OutboundHTTP
-from notification_controller.server.events import EventServerSettings, create_event_app, runner_kwargs
+from notification_controller.server.events import EventServerSettings, create_event_server
 from notification_controller.settings import ServerSettings, Settings
 from notification_controller.store.base import ObjectStore
 from tests.adversarial.kit import event_body, samples
@@ -53,19 +51,14 @@ async def server() -> AsyncIterator[tuple[int, CollectorRegistry]]:
     dispatcher = Dispatcher(store, MemoryCluster(), http, LogSink(), metrics)
     limiter = FixedWindowLimiter(300.0, SystemClock())
     settings = EventServerSettings()
-    app = create_event_app(
+    server = create_event_server(
         dispatcher, limiter, metrics, ready=lambda: True, export_path_metrics=True, settings=settings
     )
-    runner = web.AppRunner(app, **runner_kwargs(settings))
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    sock = site._server.sockets[0] if isinstance(site._server, asyncio.base_events.Server) else None
-    assert sock is not None
+    port = await server.start("127.0.0.1", 0)
     try:
-        yield sock.getsockname()[1], registry
+        yield port, registry
     finally:
-        await runner.cleanup()
+        await server.stop()
         await http.close()
 
 
