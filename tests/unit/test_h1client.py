@@ -1,0 +1,228 @@
+"""The direct HTTP/1.1 client (``outbound/h1client.py``) against real local servers: aiohttp's (HTTP and
+HTTPS with a throw-away CA) and raw sockets for what aiohttp will not send (close-delimited bodies, interim
+answers, a server that drops a kept connection)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+from aiohttp import web
+
+from notification_controller.outbound.h1client import (
+    H1Client,
+    HostNotFound,
+    InvalidRequest,
+    ServerDisconnectedError,
+)
+from tests.support.capture import mint_tls
+
+LIMIT = 64 * 1024
+
+
+async def aiohttp_server(
+    handler: Callable[[web.Request], Awaitable[web.StreamResponse]], tls: ssl.SSLContext | None = None
+) -> tuple[web.AppRunner, int]:
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handler)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.2)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=tls)
+    await site.start()
+    server = site._server
+    assert isinstance(server, asyncio.base_events.Server)
+    return runner, server.sockets[0].getsockname()[1]
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[H1Client]:
+    c = H1Client()
+    try:
+        yield c
+    finally:
+        await c.close()
+
+
+async def test_requests_answers_and_keep_alive(client: H1Client) -> None:
+    peers: list[object] = []
+    seen: list[tuple[str, str, str, bytes, str | None]] = []
+
+    async def handle(request: web.Request) -> web.Response:
+        peers.append(request.transport.get_extra_info("peername") if request.transport else None)
+        body = await request.read()
+        seen.append(
+            (request.method, request.path_qs, request.headers["Host"], body, request.headers.get("X-A"))
+        )
+        return web.Response(status=201, body=b"created:" + body, headers={"X-Answer": "yes"})
+
+    runner, port = await aiohttp_server(handle)
+    try:
+        for i in range(3):
+            status, headers, body = await client.request(
+                "POST",
+                "http",
+                "127.0.0.1",
+                port,
+                f"/p?i={i}",
+                {"X-A": "1", "Content-Type": "text/plain"},
+                b"hi%d" % i,
+                body_limit=LIMIT,
+            )
+            assert (status, headers["X-Answer"], body) == (201, "yes", b"created:hi%d" % i)
+        status, _, body = await client.request(
+            "GET", "http", "127.0.0.1", port, "/g", [], b"", body_limit=LIMIT
+        )
+        assert (status, body) == (201, b"created:")
+    finally:
+        await runner.cleanup()
+    assert [s[:4] for s in seen] == [
+        ("POST", "/p?i=0", f"127.0.0.1:{port}", b"hi0"),
+        ("POST", "/p?i=1", f"127.0.0.1:{port}", b"hi1"),
+        ("POST", "/p?i=2", f"127.0.0.1:{port}", b"hi2"),
+        ("GET", "/g", f"127.0.0.1:{port}", b""),
+    ]
+    assert len(set(peers)) == 1  # one connection, kept
+
+
+async def test_connection_close_body_limit_and_chunked(client: H1Client) -> None:
+    peers: list[object] = []
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        peers.append(request.transport.get_extra_info("peername") if request.transport else None)
+        if request.path == "/close":
+            return web.Response(text="bye", headers={"Connection": "close"})
+        if request.path == "/big":
+            return web.Response(body=b"x" * (LIMIT * 4))
+        response = web.StreamResponse()
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        for part in (b"one ", b"two ", b"three"):
+            await response.write(part)
+        await response.write_eof()
+        return response
+
+    runner, port = await aiohttp_server(handle)
+    try:
+        answers = [
+            await client.request("GET", "http", "127.0.0.1", port, path, {}, b"", body_limit=LIMIT)
+            for path in ("/close", "/chunked", "/big", "/chunked")
+        ]
+    finally:
+        await runner.cleanup()
+    assert [(a[0], a[2][:10], len(a[2])) for a in answers] == [
+        (200, b"bye", 3),
+        (200, b"one two th", 13),
+        (200, b"x" * 10, LIMIT),  # capped; the connection is not reused
+        (200, b"one two th", 13),
+    ]
+    assert peers[0] != peers[1] and peers[1] == peers[2] and peers[2] != peers[3]
+
+
+async def raw_server(
+    answer: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
+) -> tuple[asyncio.Server, int]:
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1]
+
+
+async def read_request(reader: asyncio.StreamReader) -> bytes:
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":", 1)[1])
+    return head + await reader.readexactly(length)
+
+
+async def test_interim_answers_and_close_delimited_bodies(client: H1Client) -> None:
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.0 200 OK\r\nX-Old: 1\r\n\r\nuntil the end")
+        await writer.drain()
+        writer.close()
+
+    server, port = await raw_server(answer)
+    async with server:
+        status, headers, body = await client.request(
+            "POST", "http", "127.0.0.1", port, "/", {}, b"{}", body_limit=LIMIT
+        )
+    assert (status, headers.get("X-Old"), body) == (200, "1", b"until the end")
+
+
+async def test_a_dropped_kept_connection(client: H1Client) -> None:
+    """The server takes the second request on a kept connection and closes without answering: an idempotent
+    PUT is sent again on a new connection; a POST is not (the server may have acted on it)."""
+    requests: list[bytes] = []
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        requests.append(await read_request(reader))
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+        with contextlib.suppress(asyncio.IncompleteReadError):  # the client may close a kept one first
+            requests.append(await read_request(reader))
+        writer.transport.abort()  # the second request on this connection: dropped
+
+    server, port = await raw_server(answer)
+    async with server:
+        assert (await client.request("PUT", "http", "127.0.0.1", port, "/", {}, b"1", body_limit=LIMIT))[
+            0
+        ] == 200
+        assert (await client.request("PUT", "http", "127.0.0.1", port, "/", {}, b"2", body_limit=LIMIT))[
+            0
+        ] == 200
+        # the retried PUT's answer came on a new connection, now kept; its second request is dropped again
+        with pytest.raises((ServerDisconnectedError, ConnectionResetError)):
+            await client.request("POST", "http", "127.0.0.1", port, "/", {}, b"3", body_limit=LIMIT)
+    assert [r.rsplit(b"\r\n\r\n", 1)[1] for r in requests] == [b"1", b"2", b"2", b"3"]
+
+
+async def test_a_connection_the_server_closed_while_idle_is_not_reused(client: H1Client) -> None:
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nKeep-Alive: timeout=5\r\n\r\n")
+        await writer.drain()
+        writer.close()  # closes right after, without saying Connection: close
+
+    server, port = await raw_server(answer)
+    async with server:
+        for _ in range(3):
+            assert (await client.request("POST", "http", "127.0.0.1", port, "/", {}, b"x", body_limit=LIMIT))[
+                0
+            ] == 200
+            await asyncio.sleep(0.05)  # the FIN arrives: the connection is marked closed, never lent
+
+
+async def test_errors(client: H1Client) -> None:
+    server, port = await raw_server(lambda r, w: asyncio.sleep(0))
+    server.close()
+    await server.wait_closed()
+    with pytest.raises(ConnectionRefusedError):
+        await client.request("POST", "http", "127.0.0.1", port, "/", {}, b"", body_limit=LIMIT)
+    with pytest.raises(HostNotFound):
+        await client.request("POST", "http", "host.invalid", 80, "/", {}, b"", body_limit=LIMIT)
+    with pytest.raises(InvalidRequest):
+        await client.request(
+            "POST", "http", "127.0.0.1", 9, "/", {"X": "a\r\nInjected: 1"}, b"", body_limit=LIMIT
+        )
+
+
+async def test_tls_verified_with_the_given_context(client: H1Client) -> None:
+    material = mint_tls()
+
+    async def handle(request: web.Request) -> web.Response:
+        return web.Response(text="secure")
+
+    runner, port = await aiohttp_server(handle, material.server_context())
+    try:
+        trusted = material.client_context()
+        status, _, body = await client.request(
+            "GET", "https", material.hostname, port, "/", {}, b"", tls=trusted, body_limit=LIMIT
+        )
+        assert (status, body) == (200, b"secure")
+        with pytest.raises(ssl.SSLCertVerificationError):  # the default trust store does not know this CA
+            await client.request("GET", "https", material.hostname, port, "/", {}, b"", body_limit=LIMIT)
+    finally:
+        await runner.cleanup()
