@@ -155,7 +155,8 @@ class _Connection(asyncio.Protocol):
     # ---- one exchange ------------------------------------------------------------------------------------
     async def exchange(self, data: bytes, limit: int) -> tuple[int, dict[str, str], bytes]:
         loop = asyncio.get_running_loop()
-        self._waiter = waiter = loop.create_future()
+        waiter: asyncio.Future[tuple[int, dict[str, str], bytes]] = loop.create_future()
+        self._waiter = waiter
         self._limit = limit
         self._received = False
         self._reusable = False
