@@ -88,13 +88,13 @@ class _Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self._received = True
         if self._waiter is None:  # bytes nobody asked for: the connection cannot be trusted any more
-            self.close()
+            self.abort()
             return
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
             self._finish_error(InvalidResponse(f"invalid HTTP response: {exc}"))
-            self.close()
+            self.abort()
 
     def eof_received(self) -> bool | None:
         self._on_end()
@@ -145,7 +145,7 @@ class _Connection(asyncio.Protocol):
         self._body.append(body)
         if self._size >= self._limit:  # enough: the rest is not read, the connection is not reused
             self._complete(reusable=False)
-            self.close()
+            self.abort()
 
     def on_message_complete(self) -> None:
         if self._status < 200:  # 100 Continue, 103 Early Hints: the answer follows
@@ -153,7 +153,7 @@ class _Connection(asyncio.Protocol):
         self._complete(reusable=self._parser.should_keep_alive())
 
     # ---- one exchange ------------------------------------------------------------------------------------
-    async def exchange(self, data: bytes, limit: int) -> tuple[int, dict[str, str], bytes]:
+    async def exchange(self, data: tuple[bytes, ...], limit: int) -> tuple[int, dict[str, str], bytes]:
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[tuple[int, dict[str, str], bytes]] = loop.create_future()
         self._waiter = waiter
@@ -162,7 +162,7 @@ class _Connection(asyncio.Protocol):
         self._reusable = False
         self._head_done = False
         assert self.transport is not None
-        self.transport.write(data)
+        self.transport.writelines(data)
         return await waiter
 
     @property
@@ -181,6 +181,9 @@ class _Connection(asyncio.Protocol):
         if len(body) > self._limit:
             body = body[: self._limit]
         self._body = []
+        # an answer that came before the whole request was sent (an early 4xx) leaves the server out of step
+        transport = self.transport
+        reusable = reusable and transport is not None and transport.get_write_buffer_size() == 0
         self._reusable = reusable
         if reusable:
             self.keep_alive_for = _keep_alive_timeout(self._headers)
@@ -190,11 +193,6 @@ class _Connection(asyncio.Protocol):
         waiter, self._waiter = self._waiter, None
         if waiter is not None and not waiter.done():
             waiter.set_exception(exc)
-
-    def close(self) -> None:
-        self.closed = True
-        if self.transport is not None:
-            self.transport.close()
 
     def abort(self) -> None:
         self.closed = True
@@ -261,7 +259,7 @@ class H1Client:
         return await self._exchange(connection, data, body_limit)
 
     async def _exchange(
-        self, connection: _Connection, data: bytes, limit: int
+        self, connection: _Connection, data: tuple[bytes, ...], limit: int
     ) -> tuple[int, dict[str, str], bytes]:
         try:
             answer = await connection.exchange(data, limit)
@@ -270,8 +268,8 @@ class H1Client:
             raise
         if connection.reusable:
             self._release(connection)
-        elif not connection.closed:
-            connection.close()
+        else:  # not kept: closed at once (a graceful close would wait on a request body the server ignores)
+            connection.abort()
         return answer
 
     def _encode(
@@ -283,7 +281,7 @@ class H1Client:
         target: str,
         headers: dict[str, str] | list[tuple[str, str]],
         body: bytes,
-    ) -> bytes:
+    ) -> tuple[bytes, ...]:
         key = (host, scheme, port)
         host_header = self._head_cache.get(key)
         if host_header is None:
@@ -309,7 +307,9 @@ class H1Client:
             lines.append(f"Content-Length: {len(body)}\r\n")
         lines.append("\r\n")
         head = "".join(lines).encode("latin-1", errors="strict")
-        return head + body if body else head
+        if not body:
+            return (head,)
+        return (head + body,) if len(body) < 65536 else (head, body)  # a large body is not copied
 
     def _pooled(self, origin: Origin) -> _Connection | None:
         idle = self._idle.get(origin)

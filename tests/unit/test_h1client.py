@@ -226,3 +226,41 @@ async def test_tls_verified_with_the_given_context(client: H1Client) -> None:
             await client.request("GET", "https", material.hostname, port, "/", {}, b"", body_limit=LIMIT)
     finally:
         await runner.cleanup()
+
+
+async def test_large_bodies_and_an_early_answer(client: H1Client) -> None:
+    """A 3 MiB body arrives whole; a server that answers before reading an 8 MiB body leaves the connection
+    out of step: it is not reused for the next request."""
+    received: list[int] = []
+    peers: list[object] = []
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peers.append(writer.get_extra_info("peername"))
+        while True:
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except (asyncio.IncompleteReadError, ConnectionError):
+                return
+            length = int(head.lower().split(b"content-length:", 1)[1].split(b"\r\n", 1)[0])
+            if length > 4 << 20:  # too large: answer at once, keep the connection, read nothing for a while
+                writer.write(b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 0\r\n\r\n")
+                await writer.drain()
+                await asyncio.sleep(0.5)
+                writer.transport.abort()
+                return
+            received.append(len(await reader.readexactly(length)))
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+            await writer.drain()
+
+    server, port = await raw_server(answer)
+    async with server:
+        big = await client.request(
+            "POST", "http", "127.0.0.1", port, "/", {}, b"x" * (3 << 20), body_limit=LIMIT
+        )
+        huge = await client.request(
+            "POST", "http", "127.0.0.1", port, "/", {}, b"y" * (8 << 20), body_limit=LIMIT
+        )
+        after = await client.request("POST", "http", "127.0.0.1", port, "/", {}, b"z", body_limit=LIMIT)
+    assert (big[0], huge[0], after[0]) == (200, 413, 200)
+    assert received == [3 << 20, 1]
+    assert len(set(peers)) == 2  # the first connection carried the 3 MiB and the 8 MiB; a new one after
