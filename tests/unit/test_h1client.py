@@ -124,7 +124,16 @@ async def test_connection_close_body_limit_and_chunked(client: H1Client) -> None
 async def raw_server(
     answer: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
 ) -> tuple[asyncio.Server, int]:
-    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    """A server of raw bytes; every connection is closed when ``answer`` returns (no transport left to the
+    garbage collector)."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await answer(reader, writer)
+        finally:
+            writer.transport.abort()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
     return server, server.sockets[0].getsockname()[1]
 
 
