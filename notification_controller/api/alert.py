@@ -19,11 +19,19 @@ import re
 from enum import StrEnum
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidatorFunctionWrapHandler, field_validator
 from pydantic.config import JsonDict
 
 from ..lib.duration import DURATION_PATTERN, parse_duration
-from .common import CrossNamespaceObjectReference, LocalObjectReference, Model, ObjectMeta, ObjectStatus
+from .common import (
+    CrossNamespaceObjectReference,
+    LocalObjectReference,
+    Model,
+    ObjectMeta,
+    ObjectStatus,
+    empty_status,
+    shared_status,
+)
 from .hooks import AlertHooks, hooks_field
 
 
@@ -255,6 +263,12 @@ class Alert(BaseModel):
     kind: Literal["Alert"] = "Alert"
     metadata: ObjectMeta
     spec: AlertSpec
-    status: ObjectStatus = Field(default_factory=ObjectStatus)
+    status: ObjectStatus = Field(default_factory=empty_status)
+
+    @field_validator("status", mode="wrap")
+    @classmethod
+    def _shared_status(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> ObjectStatus:
+        """Objects with equal statuses share one (``common.shared_status``; issue 17)."""
+        return shared_status(ObjectStatus, value, handler)
 
     KIND: ClassVar[str] = "Alert"

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import threading
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar, get_args
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
@@ -109,6 +112,141 @@ class ObjectStatus(BaseModel):
     conditions: list[Condition] = Field(default_factory=list)
     observed_generation: int = -1
     last_handled_reconcile_at: str | None = None
+
+
+# ---- values shared between objects (issue 17: 10,000 Alerts) ---------------------------------------------
+# A status is a frozen model that nothing mutates (a reconcile builds a new one), and thousands of objects
+# hold the same one: every Alert reconciled within the same second has the same conditions, timestamps
+# included. Each validated copy costs ~1.5 KB (its models, their ``__dict__`` and fields-set, a datetime,
+# the strings), so the objects share one instance per distinct status instead.
+
+StatusT = TypeVar("StatusT", bound=BaseModel)
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+SHARED_STATUSES = 512
+"""Distinct statuses remembered for sharing (first in, first out). Reconciles come in time order, so the
+statuses written lately are the ones the next objects get; a status no longer remembered is only not
+shared. Each entry is a status model and its JSON form: at most a few hundred KB in all."""
+
+_JSON_KEY_OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS
+_shared_statuses: dict[tuple[type[BaseModel], bytes], BaseModel] = {}
+
+
+def json_key(raw: Any) -> bytes | None:
+    """``raw``'s JSON form when it holds JSON values only (str, int, bool, list, dict with str keys), so two
+    inputs with the same key validate to the same model; None for anything else (datetimes and str
+    subclasses from YAML, non-str keys, floats' NaN and infinities, which orjson writes as null: a key
+    with a null is refused, as no status we share holds one)."""
+    try:
+        key = orjson.dumps(raw, option=_JSON_KEY_OPTIONS)
+    except TypeError:
+        return None
+    return None if b"null" in key else key
+
+
+_remembering = threading.Lock()  # a reload parses in a worker thread while the loop reconciles
+
+
+def remember(cache: dict[Any, Any], key: Any, value: Any, size: int) -> None:
+    """Add to a bounded first-in-first-out cache (a dict keeps insertion order)."""
+    with _remembering:
+        if len(cache) >= size:
+            del cache[next(iter(cache))]
+        cache[key] = value
+
+
+def shared_status(
+    model: type[StatusT], raw: Any, validate: Callable[[Any], StatusT] | None = None
+) -> StatusT:
+    """``raw`` validated as ``model`` (with ``validate``, default ``model.model_validate``), the same
+    instance for equal inputs while it is remembered (``SHARED_STATUSES``). A model instance is returned
+    as it is; validation errors are raised as usual and nothing is remembered."""
+    check = validate if validate is not None else model.model_validate
+    if not isinstance(raw, Mapping):
+        return check(raw)
+    key = json_key(raw)
+    if key is None:
+        return check(raw)
+    found = _shared_statuses.get((model, key))
+    if found is not None:
+        return found  # type: ignore[return-value]
+    status = share_fields_sets(check(raw))
+    remember(_shared_statuses, (model, key), status, SHARED_STATUSES)
+    return status
+
+
+FIELDS_SETS = 4096
+"""Distinct fields-sets shared (``share_fields_sets``): the combinations of field names the manifests use,
+a few dozen; ``ObjectMeta`` keeps unknown keys, so a bound all the same."""
+_fields_sets: dict[frozenset[str], set[str]] = {}
+_model_fields: dict[type[BaseModel], tuple[str, ...]] = {}
+
+
+def _holds_models(annotation: Any) -> bool:
+    """Whether a field of this type may hold models (directly, in a list or tuple, or as dict values)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return True
+    return any(_holds_models(arg) for arg in get_args(annotation))
+
+
+def _fields_with_models(cls: type[BaseModel]) -> tuple[str, ...]:
+    names = _model_fields.get(cls)
+    if names is None:
+        names = tuple(name for name, info in cls.model_fields.items() if _holds_models(info.annotation))
+        _model_fields[cls] = names
+    return names
+
+
+def share_fields_sets(model: ModelT) -> ModelT:
+    """Give ``model`` and the models in its fields (lists included) the one fields-set object every model
+    with the same explicitly-set field names uses, and return it.
+
+    Pydantic keeps a ``set`` of the names of the fields given explicitly in every instance: 216 bytes, 728
+    with five names (a Condition's), ~1.5 KB per Alert in its seven models. Nothing here reads it but
+    pydantic's ``exclude_unset``, and pydantic never changes it in place on a frozen model (``model_copy``
+    copies it first), so for frozen models (every model of ``api/``) sharing it changes nothing else."""
+    stack: list[Any] = [model]
+    while stack:
+        item = stack.pop()
+        _share_own(item)
+        values = item.__dict__
+        for name in _fields_with_models(type(item)):
+            value = values[name]
+            if isinstance(value, BaseModel):
+                stack.append(value)
+            elif isinstance(value, list | tuple):
+                stack.extend(v for v in value if isinstance(v, BaseModel))
+            elif isinstance(value, dict):
+                stack.extend(v for v in value.values() if isinstance(v, BaseModel))
+    return model
+
+
+def with_fields(model: ModelT, **update: Any) -> ModelT:
+    """``model.model_copy(update=update)`` whose own fields-set is shared (``share_fields_sets``): the copy
+    adds the updated names to a copied set, which grows it (an Alert's 4 names + ``status``: 216 → 728
+    bytes)."""
+    return _share_own(model.model_copy(update=update))
+
+
+def _share_own(model: ModelT) -> ModelT:
+    names = model.__pydantic_fields_set__
+    key = frozenset(names)
+    shared = _fields_sets.get(key)
+    if shared is None:
+        if len(_fields_sets) >= FIELDS_SETS:
+            return model
+        shared = _fields_sets.setdefault(key, names)
+    if shared is not names:
+        object.__setattr__(model, "__pydantic_fields_set__", shared)
+    return model
+
+
+EMPTY_STATUS = ObjectStatus()
+"""The status of an Alert or Provider nobody wrote yet: one instance for all of them (~450 bytes each)."""
+
+
+def empty_status() -> ObjectStatus:
+    return EMPTY_STATUS
 
 
 class Secret(BaseModel):

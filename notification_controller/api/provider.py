@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidatorFunctionWrapHandler, field_validator
 
 from ..lib.duration import DURATION_PATTERN, TIMEOUT_PATTERN, parse_duration
-from .common import LocalObjectReference, Model, ObjectMeta, ObjectStatus
+from .common import LocalObjectReference, Model, ObjectMeta, ObjectStatus, empty_status, shared_status
 from .hooks import ProviderHooks, hooks_field
 
 DEFAULT_TIMEOUT_SECONDS = 15.0
@@ -134,6 +134,12 @@ class Provider(BaseModel):
     kind: Literal["Provider"] = "Provider"
     metadata: ObjectMeta
     spec: ProviderSpec
-    status: ObjectStatus = Field(default_factory=ObjectStatus)
+    status: ObjectStatus = Field(default_factory=empty_status)
+
+    @field_validator("status", mode="wrap")
+    @classmethod
+    def _shared_status(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> ObjectStatus:
+        """Objects with equal statuses share one (``common.shared_status``; issue 17)."""
+        return shared_status(ObjectStatus, value, handler)
 
     KIND: ClassVar[str] = "Provider"

@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from ..api.common import ObjectStatus, Secret
+from ..api.common import SHARED_STATUSES, ObjectStatus, Secret, json_key, remember, shared_status, with_fields
 from ..api.hooks import HOOKS_FINALIZER
 from ..api.objects import Object, parse_object, supported_kind
 from ..api.receiver import Receiver, ReceiverStatus
@@ -45,6 +45,9 @@ class LoadResult:
     objects: list[Object] = field(default_factory=list)
     others: list[dict[str, Any]] = field(default_factory=list)
     errors: list[ManifestError] = field(default_factory=list)
+    implicit_generation: set[tuple[str, str, str]] = field(default_factory=set)
+    """(kind, namespace, name) of the objects given generation 1 by ``load_directory(implicit_generation=
+    True)``: their manifest has none."""
 
 
 def _split_documents(text: str) -> list[tuple[int, str]]:
@@ -121,7 +124,15 @@ def manifest_files(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in SUFFIXES)
 
 
-def load_directory(root: Path, *, default_namespace: str = "default") -> LoadResult:
+def load_directory(
+    root: Path, *, default_namespace: str = "default", implicit_generation: bool = False
+) -> LoadResult:
+    """Every valid object under ``root``, the other kinds' documents, and the errors.
+
+    ``implicit_generation``: an Alert, Provider or Receiver without ``metadata.generation`` gets 1, as the
+    API server gives a new object (``LocalManifests`` counts spec changes from there; building the object
+    with it saves two model copies per object at start-up, issue 17), and is listed in
+    ``result.implicit_generation``."""
     result = LoadResult()
     if not root.exists():
         result.errors.append(ManifestError("manifests path does not exist", source=str(root)))
@@ -150,10 +161,17 @@ def load_directory(root: Path, *, default_namespace: str = "default") -> LoadRes
                     result.others.append(other)
                     continue
             metadata = doc.get("metadata")
-            if isinstance(metadata, dict) and metadata.get("name") and not metadata.get("uid"):
-                ns = metadata.get("namespace") or default_namespace
-                uid = stable_uid(f"{doc.get('kind')}/{ns}/{metadata['name']}")
-                doc = {**doc, "metadata": {**metadata, "uid": uid}}
+            implicit = False
+            if isinstance(metadata, dict) and metadata.get("name"):
+                added: dict[str, Any] = {}
+                if not metadata.get("uid"):
+                    ns = metadata.get("namespace") or default_namespace
+                    added["uid"] = stable_uid(f"{doc.get('kind')}/{ns}/{metadata['name']}")
+                if implicit_generation and not metadata.get("generation") and doc.get("apiVersion") != "v1":
+                    added["generation"] = 1
+                    implicit = True
+                if added:
+                    doc = {**doc, "metadata": {**metadata, **added}}
             try:
                 obj = parse_object(doc, source=rel, index=index, default_namespace=default_namespace)
             except ManifestError as exc:
@@ -172,6 +190,8 @@ def load_directory(root: Path, *, default_namespace: str = "default") -> LoadRes
                 continue
             seen[key] = f"{rel}[{index}]"
             result.objects.append(obj)
+            if implicit:
+                result.implicit_generation.add(key)
     return result
 
 
@@ -185,6 +205,19 @@ class LocalCluster:
         self.statuses: dict[tuple[str, str, str], dict[str, Any]] = {}
         self.finalizers: dict[tuple[str, str, str], list[str]] = {}
         self.events: list[tuple[ObjectRef, str, str, str]] = []
+        self._written: dict[bytes, dict[str, Any]] = {}  # see _shared
+
+    def _shared(self, status: dict[str, Any]) -> dict[str, Any]:
+        """One dict for equal written statuses (most objects get the same one, issue 17): never changed in
+        place (a patch builds a new dict), so sharing it is safe. Bounded as ``common.shared_status``."""
+        key = json_key(status)
+        if key is None:
+            return status
+        found = self._written.get(key)
+        if found is not None:
+            return found
+        remember(self._written, key, status, SHARED_STATUSES)
+        return status
 
     def set_others(self, others: Sequence[dict[str, Any]]) -> None:
         fresh: dict[tuple[str, str, str], dict[str, Any]] = {}
@@ -242,7 +275,7 @@ class LocalCluster:
         key = (ref.kind, ref.namespace, ref.name)
         merged = {**self.statuses.get(key, {}), **status}
         merged = {k: v for k, v in merged.items() if v is not None}  # merge-patch: null deletes
-        self.statuses[key] = merged
+        self.statuses[key] = self._shared(merged)
         current = self.store.get(ref.kind, ref.namespace, ref.name)
         if current is not None:
             self.store.upsert(with_status(current, merged))
@@ -347,10 +380,12 @@ def _meta_copy(obj: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def with_status(obj: Object, status: Mapping[str, Any]) -> Object:
+    """``obj`` with ``status`` (as written), the status model shared with the objects that have the same."""
     if isinstance(obj, Secret):
         return obj
-    model = ReceiverStatus if isinstance(obj, Receiver) else ObjectStatus
-    return obj.model_copy(update={"status": model.model_validate(dict(status))})
+    if isinstance(obj, Receiver):
+        return with_fields(obj, status=ReceiverStatus.model_validate(dict(status)))
+    return with_fields(obj, status=shared_status(ObjectStatus, dict(status)))
 
 
 class LocalManifests:
@@ -377,7 +412,9 @@ class LocalManifests:
             out.append((str(path), st.st_mtime_ns, st.st_size))
         return tuple(out)
 
-    def _with_generation(self, obj: Object) -> Object:
+    def _with_generation(self, obj: Object, implicit: bool) -> Object:
+        """``obj`` with its generation: the manifest's, else 1 at first and one more at each spec change
+        (``implicit``: the manifest has none, ``load_directory`` gave it 1)."""
         if isinstance(obj, Secret):
             return obj
         key = (obj.KIND, obj.metadata.namespace, obj.metadata.name)
@@ -386,9 +423,11 @@ class LocalManifests:
         spec = obj.spec
         previous = self._generations.get(key)
         generation = obj.metadata.generation or 1
-        if previous is not None and not obj.metadata.generation:
+        if previous is not None and (implicit or not obj.metadata.generation):
             generation = previous[1] if previous[0] == spec else previous[1] + 1
         self._generations[key] = (spec, generation)
+        if generation == obj.metadata.generation:
+            return obj  # most objects: built with it (no copy of the object and its metadata)
         return obj.model_copy(update={"metadata": obj.metadata.model_copy(update={"generation": generation})})
 
     def load(self) -> LoadResult:
@@ -397,12 +436,12 @@ class LocalManifests:
         if not self.root.exists():
             raise ConfigError(f"--manifests {self.root}: no such file or directory")
         self._snapshot = self._take_snapshot()
-        return self._apply(load_directory(self.root))
+        return self._apply(load_directory(self.root, implicit_generation=True))
 
     async def reload(self) -> LoadResult:
         """Parse in a worker thread, apply on the loop (the store is not thread-safe)."""
         self._snapshot = await asyncio.to_thread(self._take_snapshot)
-        return self._apply(await asyncio.to_thread(load_directory, self.root))
+        return self._apply(await asyncio.to_thread(load_directory, self.root, implicit_generation=True))
 
     def _apply(self, result: LoadResult) -> LoadResult:
         for error in result.errors:
@@ -411,7 +450,9 @@ class LocalManifests:
         self.cluster.set_others(result.others)
         by_kind: dict[str, list[Object]] = {"Secret": [], "Provider": [], "Alert": [], "Receiver": []}
         for obj in result.objects:
-            by_kind[obj.KIND].append(self.cluster.restore(self._with_generation(obj)))
+            key = (obj.KIND, obj.metadata.namespace, obj.metadata.name)
+            implicit = key in result.implicit_generation
+            by_kind[obj.KIND].append(self.cluster.restore(self._with_generation(obj, implicit)))
         loaded = {(o.KIND, o.metadata.namespace, o.metadata.name) for o in result.objects}
         for kind in ("Provider", "Alert", "Receiver"):
             for ns, name in self.store.keys(kind):

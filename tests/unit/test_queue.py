@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from notification_controller.controllers.queue import WorkQueue
+from notification_controller.controllers.queue import LoopBudget, WorkQueue
 
 pytestmark = pytest.mark.looptime
 
@@ -272,3 +272,41 @@ def test_invalid_settings_are_refused() -> None:
         WorkQueue("t", min_retry_delay=0)
     with pytest.raises(ValueError, match="retry delays"):
         WorkQueue("t", min_retry_delay=10, max_retry_delay=1)
+
+
+@pytest.mark.parametrize("shared", [True, False])
+async def test_the_workers_of_queues_sharing_a_budget_yield_together(shared: bool) -> None:
+    """Issue 17: reconciles that never wait (local mode) take at most one budget per turn of the loop, all
+    workers of all queues together, so the sockets (``/readyz``) are polled between. A spent budget of 0 s
+    lets exactly one reconcile run per turn; a budget per queue would let each queue run one."""
+    loop = asyncio.get_running_loop()
+    turn = 0
+
+    def tick() -> None:  # runs once per turn of the loop (so the loop is never idle: no sleeping here)
+        nonlocal turn
+        turn += 1
+        if turn < 1000:
+            loop.call_soon(tick)
+
+    loop.call_soon(tick)
+    shared_budget = LoopBudget(0.0)
+    queues: list[WorkQueue[Key]] = [
+        WorkQueue(name, budget=shared_budget if shared else LoopBudget(0.0)) for name in ("a", "b")
+    ]
+    turns: list[int] = []
+
+    async def handler(key: Key) -> None:
+        turns.append(turn)  # never waits, as a reconcile against the in-memory cluster
+
+    for queue in queues:
+        for i in range(20):
+            queue.add((queue.name, str(i)))
+    tasks = [start(queue, handler, workers=3) for queue in queues]
+    while len(turns) < 40 and turn < 1000:
+        await asyncio.sleep(0)
+    assert len(turns) == 40
+    most_in_one_turn = max(turns.count(t) for t in set(turns))
+    assert most_in_one_turn == (1 if shared else 2)
+    for queue, task in zip(queues, tasks, strict=True):
+        assert await queue.shutdown(1.0)
+        await task
