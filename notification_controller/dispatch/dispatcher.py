@@ -356,10 +356,12 @@ class Dispatcher:
     # ---- pre-queue ---------------------------------------------------------------------------------------
     def _queue(self, event: Event, compiled: CompiledAlert) -> None:
         outcome = self._pre_queue(Draft(event, compiled.alert))
-        if inspect.isawaitable(outcome):
-            self.report.spawn(self._queue_later(outcome))
-        elif outcome is not None:
+        if outcome is None:
+            return
+        if isinstance(outcome, Draft):  # the common case first: ``isawaitable`` costs more
             self.lanes.put(outcome.notification())
+        else:
+            self.report.spawn(self._queue_later(outcome))
 
     async def _queue_later(self, outcome: Awaitable[Draft | None]) -> None:
         draft = await outcome

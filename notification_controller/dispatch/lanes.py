@@ -59,6 +59,11 @@ class MemoryLanes:
         self._idle.set()
         self._accepting = True
         self._interrupted = 0  # in-flight deliveries cancelled by shutdown
+        # ``notification_pending`` is read from ``_pending`` when scraped, not set twice per notification
+        report.metrics.pending.set_function(self._pending_value)
+
+    def _pending_value(self) -> float:
+        return self._pending
 
     @property
     def pending(self) -> int:
@@ -88,7 +93,9 @@ class MemoryLanes:
         if lane is None:
             lane = self._lanes[key] = _Lane()
         lane.queue.append((notification, time.monotonic()))
-        self._set_pending(self._pending + 1)
+        self._pending += 1
+        if self._pending == 1:
+            self._idle.clear()
         self.report.of(ptype).notifications.inc()
         if lane.workers < self.settings.concurrency:
             lane.workers += 1
@@ -99,7 +106,6 @@ class MemoryLanes:
 
     def _set_pending(self, value: int) -> None:
         self._pending = value
-        self.report.metrics.pending.set(value)
         if value:
             self._idle.clear()
         else:
@@ -117,7 +123,9 @@ class MemoryLanes:
                         self.report.dropped(DropReason.SHUTDOWN, notification.provider_type)
                     raise
                 finally:
-                    self._set_pending(self._pending - 1)
+                    self._pending -= 1
+                    if not self._pending:
+                        self._idle.set()
         finally:
             lane.workers -= 1
             if lane.workers == 0 and not lane.queue and self._lanes.get(key) is lane:

@@ -28,9 +28,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ..api.alert import Alert, NotifyOn, ThreadBy
 from ..core.clock import Clock
@@ -440,16 +440,16 @@ class Stage:
 @dataclass(frozen=True)
 class AsyncStage:
     name: str
-    run: Callable[[Delivery], Awaitable[Delivery | Drop]]
+    run: Callable[[Delivery], Coroutine[Any, Any, Delivery | Drop]]
 
-    async def __call__(self, delivery: Delivery, /) -> Delivery | Drop:
-        return await self.run(delivery)
+    def __call__(self, delivery: Delivery, /) -> Coroutine[Any, Any, Delivery | Drop]:
+        return self.run(delivery)  # its coroutine as is: no second one around it per delivery
 
 
 @dataclass(frozen=True)
 class AfterStage:
     name: str
-    run: Callable[[Delivery], Awaitable[None]]
+    run: Callable[[Delivery], Coroutine[Any, Any, None]]
 
-    async def __call__(self, delivery: Delivery, /) -> None:
-        await self.run(delivery)
+    def __call__(self, delivery: Delivery, /) -> Coroutine[Any, Any, None]:
+        return self.run(delivery)

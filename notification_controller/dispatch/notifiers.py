@@ -23,7 +23,7 @@ _NO_SECRETS: tuple[None, None, None] = (None, None, None)
 @dataclass
 class _Cached:
     provider: Provider
-    secrets: tuple[Secret | None, ...]
+    secrets: tuple[Secret | None, Secret | None, Secret | None]
     options: ProviderOptions
     notifier: Notifier
 
@@ -34,24 +34,29 @@ class NotifierCache:
         self._cached: dict[tuple[str, str], _Cached] = {}
         self.builds = 0  # notifiers built (tests: a cache hit builds nothing)
 
-    def _secrets(self, provider: Provider) -> tuple[Secret | None, ...]:
+    def _secrets(self, provider: Provider) -> tuple[Secret | None, Secret | None, Secret | None]:
         spec, ns = provider.spec, provider.metadata.namespace
         refs = (spec.secret_ref, spec.cert_secret_ref, spec.proxy_secret_ref)
         if refs[0] is None and refs[1] is None and refs[2] is None:  # nothing to look up per event
             return _NO_SECRETS
-        return tuple(self.store.secret(ns, r.name) if r else None for r in refs)
+        secret = self.store.secret
+        return (
+            secret(ns, refs[0].name) if refs[0] else None,
+            secret(ns, refs[1].name) if refs[1] else None,
+            secret(ns, refs[2].name) if refs[2] else None,
+        )
 
     def get(self, provider: Provider) -> tuple[ProviderOptions, Notifier]:
         """The Provider's options and notifier. Raises ``ControllerError`` (Flux's message)."""
         key = (provider.metadata.namespace, provider.metadata.name)
         secrets = self._secrets(provider)
         cached = self._cached.get(key)
-        if (
-            cached is not None
-            and cached.provider is provider
-            and all(a is b for a, b in zip(cached.secrets, secrets, strict=True))
-        ):
-            return cached.options, cached.notifier
+        if cached is not None and cached.provider is provider:
+            held = cached.secrets
+            # identity, element by element (a Secret replaced in the store is a new object); the common
+            # Provider without Secrets shares one tuple, so the first test settles it
+            if held is secrets or (held[0] is secrets[0] and held[1] is secrets[1] and held[2] is secrets[2]):
+                return cached.options, cached.notifier
         options = resolve_options(provider, self.store.secret)
         try:
             notifier = create_notifier(options)

@@ -20,7 +20,7 @@ records ``NotificationDispatchFailed`` on the Alert, as Flux does). In order:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ..api.event import (
     EVENT_ANNOTATION_PREFIX,
@@ -78,7 +78,7 @@ def flux_rules(
         found = store.provider(ns, name)
         if found is None:
             raise ControllerError(f"failed to read provider: Provider '{ns}/{name}' not found")
-        return replace(draft, provider=found)
+        return draft.with_provider(found)
 
     def provider_suspended(draft: Draft) -> Draft | Drop:
         p = _provider(draft)
@@ -143,7 +143,7 @@ def flux_rules(
                 {k: ", ".join(v) for k, v in combined.conflicts.items()},
             )
         if combined.metadata:
-            return replace(draft, event=event.model_copy(update={"metadata": combined.metadata}))
+            return draft.with_event(event.model_copy(update={"metadata": combined.metadata}))
         return draft
 
     def notifier(draft: Draft) -> Draft | Drop:
@@ -154,7 +154,7 @@ def flux_rules(
         p = _provider(draft)
         if p.spec.type not in COMMIT_STATUS_TYPES:
             return draft
-        return replace(draft, commit_status=_commit_status_id(draft, p))
+        return draft.with_commit_status(_commit_status_id(draft, p))
 
     return (
         Rule("cross-namespace", cross_namespace),

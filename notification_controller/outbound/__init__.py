@@ -8,7 +8,7 @@ The retry decision is pure (``retry.py``); a failure is a ``DeliveryError`` with
 """
 
 from .client import IDEMPOTENCY_KEY, Budget, OutboundHTTP, RetryPolicy, masked
-from .request import OutboundRequest, OutboundResponse
+from .request import OutboundRequest, OutboundResponse, shared_headers
 
 __all__ = [
     "IDEMPOTENCY_KEY",
@@ -18,4 +18,5 @@ __all__ = [
     "OutboundResponse",
     "RetryPolicy",
     "masked",
+    "shared_headers",
 ]

@@ -7,14 +7,13 @@ so receivers (including our own ``generic-hmac`` receiver) can verify it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from types import MappingProxyType
 from typing import ClassVar
 
 from ..api.event import Event
 from ..api.provider import ProviderType
 from ..errors import ProviderConfigError
 from ..lib.signing import hmac_signature
-from ..outbound import OutboundRequest
+from ..outbound import OutboundRequest, shared_headers
 from .base import DeliveryContext, HTTPNotifier, ProviderOptions
 from .message import Message, with_text
 from .validation import require_url
@@ -50,7 +49,7 @@ class GenericNotifier(HTTPNotifier):
         component = event.reporting_controller
         cached = self._headers
         if cached is None or cached[0] != component:
-            cached = self._headers = (component, MappingProxyType(generic_headers(event, self.opts)))
+            cached = self._headers = (component, shared_headers(generic_headers(event, self.opts)))
         return OutboundRequest(
             "POST",
             self.opts.address,
