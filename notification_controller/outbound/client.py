@@ -1,5 +1,10 @@
 """The ONE outbound HTTP path. Providers never create a client or a retry loop of their own.
 
+Two transports behind one ``send``: a request with no proxy goes through ``h1client.H1Client`` (our HTTP/1.1
+client on llhttp, a third of aiohttp's CPU per request, issue 17); a proxied one (HTTP CONNECT, SOCKS, or
+from the environment) through aiohttp. Both get the same headers, TLS context, redirect rule, body cap,
+deadline, retries and error texts. No compressed answers are asked for (bodies are not decompressed).
+
 Owns the pooled ``aiohttp.ClientSession``, the per-delivery time budget (``spec.timeout`` covers all
 attempts, as Flux's context deadline does), proxies, TLS, retries (tenacity, driven by the pure
 ``retry`` module: at most 5 attempts, 2 s·2ⁿ capped at 30 s, ``Retry-After`` honoured when it fits in
@@ -28,9 +33,12 @@ from urllib.parse import urljoin, urlsplit
 from urllib.request import getproxies, proxy_bypass
 
 import aiohttp
+from yarl import URL
 
 from ..core.redact import credential_echoes, mask_token, redact_url, redact_urls_in
 from ..errors import DeliveryError, FailureReason, PermanentDeliveryError, RetryableDeliveryError
+from .h1client import METHODS as DIRECT_METHODS
+from .h1client import H1Client
 from .request import OutboundRequest, OutboundResponse
 from .retry import backoff, classify_exception, classify_status, describe_exception, failure_of
 
@@ -76,6 +84,38 @@ class Budget:
         return left
 
 
+class _Deadline:
+    """``asyncio.timeout_at``'s expiry for ``OutboundHTTP.send``: cancel the task once the budget is spent,
+    and tell afterwards whether a ``CancelledError`` was that (and no other cancellation is pending)."""
+
+    __slots__ = ("cancelling", "expired", "task")
+
+    def __init__(self) -> None:
+        task = asyncio.current_task()
+        assert task is not None, "OutboundHTTP.send runs in a task"
+        self.task = task
+        self.cancelling = task.cancelling()
+        self.expired = False  # True from the expiry until its cancellation request is withdrawn
+
+    def expire(self) -> None:
+        self.expired = True
+        self.task.cancel()
+
+    def timed_out(self) -> bool:
+        """After a ``CancelledError``: True when it is the budget's, i.e. no other cancellation is pending
+        (the expiry's own request is withdrawn either way)."""
+        if not self.expired:
+            return False
+        self.expired = False
+        return self.task.uncancel() <= self.cancelling
+
+    def settle(self) -> None:
+        """On leaving ``send``: an expiry that ended in another outcome withdraws its request too."""
+        if self.expired:
+            self.expired = False
+            self.task.uncancel()
+
+
 class OutboundHTTP:
     """Shared outbound client. Create once per process (``start``/``close``), inject everywhere."""
 
@@ -91,6 +131,7 @@ class OutboundHTTP:
         # aiohttp_socks' ProxyError once a SOCKS session exists (only its connector raises it): () before
         self._proxy_errors: tuple[type[Exception], ...] = ()
         self.attempts = 0  # total attempts made (observability and tests)
+        self._direct = H1Client()  # requests without a proxy (h1client.py); the others go through aiohttp
 
     async def start(self) -> None:
         if self._session is None:
@@ -103,10 +144,16 @@ class OutboundHTTP:
                 # (a fifth of the dispatch CPU): resolve the environment proxies once instead.
                 trust_env=False,
                 auto_decompress=False,
+                skip_auto_headers=("Accept-Encoding",),  # bodies are not decompressed: do not ask for gzip
+                # No cookie jar, as Flux's Go client (``Jar`` nil): a cookie one Provider's endpoint sets
+                # is never sent with another's request through this shared session; and no cookie
+                # bookkeeping per request (issue 17).
+                cookie_jar=aiohttp.DummyCookieJar(),
             )
             self._env_proxies = {k: v for k, v in getproxies().items() if k in ("http", "https")}
 
     async def close(self) -> None:
+        await self._direct.close()
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -130,6 +177,8 @@ class OutboundHTTP:
                 headers={"User-Agent": self._user_agent},
                 trust_env=False,
                 auto_decompress=False,
+                skip_auto_headers=("Accept-Encoding",),  # bodies are not decompressed: do not ask for gzip
+                cookie_jar=aiohttp.DummyCookieJar(),
             )
             self._socks_sessions[proxy] = session
             if len(self._socks_sessions) > MAX_SOCKS_SESSIONS:
@@ -138,6 +187,30 @@ class OutboundHTTP:
         else:
             self._socks_sessions.move_to_end(proxy)
         return session, None
+
+    def _direct_headers(self, headers: Mapping[str, str], body: bytes) -> list[tuple[str, str]]:
+        """The request's headers, one per name (a Secret's ``content-type`` overrides the Provider's
+        ``Content-Type``), plus what aiohttp's session would add that a receiver may look at: the User-Agent,
+        ``Accept: */*``, a Content-Type for a body without one (``application/octet-stream``). No
+        ``Accept-Encoding``: the body is not decompressed (a compressed error text would be unreadable)."""
+        out: list[tuple[str, str]] = []
+        names: dict[str, int] = {}
+        for name, value in headers.items():
+            # one line per name, the last value winning, as aiohttp's multidict and Go's Header.Set make it
+            lower = name.lower()
+            at = names.get(lower)
+            if at is None:
+                names[lower] = len(out)
+                out.append((name, value))
+            else:
+                out[at] = (name, value)
+        if "user-agent" not in names:
+            out.insert(0, ("User-Agent", self._user_agent))
+        if "accept" not in names:
+            out.append(("Accept", "*/*"))
+        if body and "content-type" not in names:
+            out.append(("Content-Type", "application/octet-stream"))
+        return out
 
     def _env_proxy(self, url: str) -> str | None:
         """HTTP(S)_PROXY from the environment (read once), honouring NO_PROXY."""
@@ -170,6 +243,52 @@ class OutboundHTTP:
         """Send with retries inside ``timeout`` seconds. Raises ``DeliveryError`` with a masked message."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
+        # The budget is one timer that cancels this task, as ``asyncio.timeout_at`` does, without its
+        # context manager (two coroutines and a Timeout object per delivery, issue 17).
+        guard = _Deadline()
+        handle = loop.call_at(deadline, guard.expire)
+        try:
+            # Fast path: most deliveries succeed at once, without building a tenacity loop.
+            try:
+                return await self._attempt(request, proxy, tls, masks, check, body_limit)
+            except RetryableDeliveryError as first:
+                if not retry or self.policy.max_attempts <= 1:
+                    raise
+                first_delay = first.retry_after
+                if first_delay is None:
+                    first_delay = backoff(0, self.policy.wait_min, self.policy.wait_max)
+                if first_delay >= deadline - loop.time():
+                    raise
+                await asyncio.sleep(first_delay)
+            return await self._retry(request, proxy, tls, masks, check, body_limit, deadline)
+        except asyncio.CancelledError:
+            if not guard.timed_out():
+                raise
+        except TimeoutError:
+            pass
+        finally:
+            handle.cancel()
+            guard.settle()
+        raise DeliveryError(
+            f"request to {redact_url(request.url)} timed out after {timeout:g}s",
+            reason="timeout",
+            failure=FailureReason.TIMEOUT,
+        )
+
+    async def _retry(
+        self,
+        request: OutboundRequest,
+        proxy: str | None,
+        tls: ssl.SSLContext | None,
+        masks: Sequence[str],
+        check: Callable[[OutboundResponse], None] | None,
+        body_limit: int | None,
+        deadline: float,
+    ) -> OutboundResponse:
+        """The attempts after the first (tenacity, imported with the first retry)."""
+        from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
+
+        loop = asyncio.get_running_loop()
         policy = self.policy
 
         def wait(state: RetryCallState) -> float:
@@ -188,37 +307,14 @@ class OutboundHTTP:
                 )
             return delay
 
-        attempts = policy.max_attempts if retry else 1
-        try:
-            async with asyncio.timeout_at(deadline):
-                # Fast path: most deliveries succeed at once, without building a tenacity loop.
-                try:
-                    return await self._attempt(request, proxy, tls, masks, check, body_limit)
-                except RetryableDeliveryError as first:
-                    if attempts <= 1:
-                        raise
-                    first_delay = first.retry_after
-                    if first_delay is None:
-                        first_delay = backoff(0, policy.wait_min, policy.wait_max)
-                    if first_delay >= deadline - loop.time():
-                        raise
-                    await asyncio.sleep(first_delay)
-                from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
-
-                async for attempt in AsyncRetrying(
-                    stop=stop_after_attempt(attempts - 1),
-                    wait=wait,
-                    retry=retry_if_exception_type(RetryableDeliveryError),
-                    reraise=True,
-                ):
-                    with attempt:
-                        return await self._attempt(request, proxy, tls, masks, check, body_limit)
-        except TimeoutError:
-            raise DeliveryError(
-                f"request to {redact_url(request.url)} timed out after {timeout:g}s",
-                reason="timeout",
-                failure=FailureReason.TIMEOUT,
-            ) from None
+        async for attempt in AsyncRetrying(
+            stop=stop_after_attempt(policy.max_attempts - 1),
+            wait=wait,
+            retry=retry_if_exception_type(RetryableDeliveryError),
+            reraise=True,
+        ):
+            with attempt:
+                return await self._attempt(request, proxy, tls, masks, check, body_limit)
         raise DeliveryError(
             "no attempt was made", reason="internal", failure=FailureReason.INTERNAL
         )  # unreachable: reraise=True
@@ -255,18 +351,36 @@ class OutboundHTTP:
                 session, request_proxy = self.session, None
             else:
                 session, request_proxy = await self._session_for(proxy)
+            limit = body_limit or self.policy.body_limit
             for _ in range(MAX_REDIRECTS + 1):
-                async with session.request(
-                    request.method,
-                    url,
-                    proxy=request_proxy or self._env_proxy(url),
-                    data=_payload(request.body),
-                    headers=headers,
-                    ssl=tls if tls is not None else True,
-                    allow_redirects=False,
-                ) as resp:
-                    body = await resp.content.read(body_limit or self.policy.body_limit)
-                    response = OutboundResponse(resp.status, dict(resp.headers), body)
+                via = request_proxy or (self._env_proxy(url) if self._env_proxies else None)
+                direct = _direct_target(url) if proxy is None and via is None else None
+                if direct is not None and request.method in DIRECT_METHODS:
+                    scheme, host, port, target = direct
+                    status, answer_headers, body = await self._direct.request(
+                        request.method,
+                        scheme,
+                        host,
+                        port,
+                        target,
+                        self._direct_headers(headers, request.body),
+                        request.body,
+                        tls=tls,
+                        body_limit=limit,
+                    )
+                    response = OutboundResponse(status, answer_headers, body)
+                else:
+                    async with session.request(
+                        request.method,
+                        url,
+                        proxy=via,
+                        data=_payload(request.body),
+                        headers=headers,
+                        ssl=tls if tls is not None else True,
+                        allow_redirects=False,
+                    ) as resp:
+                        body = await resp.content.read(limit)
+                        response = OutboundResponse(resp.status, dict(resp.headers), body)
                 if response.status in (301, 302, 303, 307, 308) and "Location" in response.headers:
                     target = urljoin(url, response.headers["Location"])
                     if _origin(target) != origin:
@@ -328,6 +442,18 @@ class OutboundHTTP:
         if check is not None:
             check(response)
         return response
+
+
+@functools.lru_cache(maxsize=256)  # the same few Provider addresses, every delivery
+def _direct_target(url: str) -> tuple[str, str, int, str] | None:
+    """(scheme, host, port, path and query) as aiohttp would send them (yarl's encoding), or None when the
+    URL needs aiohttp: not http(s), credentials in it, no host."""
+    parsed = URL(url)
+    host = parsed.raw_host
+    if parsed.scheme not in ("http", "https") or not host or parsed.raw_user or parsed.raw_password:
+        return None
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    return parsed.scheme, host, port, parsed.raw_path_qs or "/"
 
 
 def _payload(body: bytes) -> bytes | io.BytesIO | None:

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 
 from ..errors import FailureReason
+from .h1client import HostNotFound
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ def classify_exception(exc: BaseException) -> Verdict:
         return Verdict(False, "invalid_url")
     if isinstance(exc, asyncio.TimeoutError | TimeoutError):
         return Verdict(True, "timeout")
-    if name in ("ClientConnectorDNSError",):
+    if name in ("ClientConnectorDNSError",) or isinstance(exc, HostNotFound):
         return Verdict(True, "dns")
     if name in (
         "ClientConnectorError",

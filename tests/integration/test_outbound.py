@@ -101,3 +101,35 @@ async def test_oidc_discovery_goes_out_the_outbound_path_and_its_proxy(
             await client.close()
             await http.close()
         assert any(seen.endswith("/.well-known/openid-configuration") for seen in proxy.seen), proxy.seen
+
+
+async def test_direct_and_proxied_requests_put_the_same_headers_on_the_wire(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without a proxy a request goes through our HTTP/1.1 client (``h1client``), through a proxy through
+    aiohttp's: the receiver sees the same headers either way (User-Agent, Accept, the caller's, one line per
+    name with the last value winning), a URL's path and query encoded alike, and no Accept-Encoding (answers
+    are not decompressed)."""
+    headers = {"Content-Type": "application/json", "X-Token": "t", "x-token": "override"}
+    url_path = "/hooks/a b/ü?q=x y&r=ü"
+    async with CaptureServer() as server, ForwardProxy() as proxy:
+        direct = OutboundHTTP(RetryPolicy(max_attempts=1))
+        await direct.start()
+        monkeypatch.setenv("HTTP_PROXY", proxy.url)
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        monkeypatch.delenv("no_proxy", raising=False)
+        proxied = OutboundHTTP(RetryPolicy(max_attempts=1))
+        await proxied.start()  # reads the proxy environment once
+        try:
+            for client in (direct, proxied):
+                await client.send(OutboundRequest("POST", server.url + url_path, headers, b"{}"), timeout=5)
+        finally:
+            await direct.close()
+            await proxied.close()
+        first, second = await server.wait_for(2)
+    assert len(proxy.seen) == 1  # only the second went through the proxy
+    for seen in (first, second):
+        assert seen.headers.getall("X-Token") == ["override"]
+        assert (seen.headers["User-Agent"], seen.headers["Accept"]) == ("notification-controller", "*/*")
+        assert "Accept-Encoding" not in seen.headers
+    assert first.raw_path == second.raw_path == "/hooks/a%20b/%C3%BC?q=x+y&r=%C3%BC"
