@@ -43,7 +43,7 @@ from .hooks import Hooks, load_hooks_config
 from .metrics import DeliveryMetrics, EventMetrics
 from .outbound import OutboundHTTP, RetryPolicy
 from .providers.tokens import TokenCache
-from .server.events import EventServerSettings, create_event_server
+from .server.events import EventEndpoint, EventServerSettings
 from .server.events import runner_kwargs as event_runner_kwargs
 from .server.health import create_health_app
 from .server.http1 import HTTPServer
@@ -278,14 +278,14 @@ class App:
             self._tasks.append(asyncio.create_task(self._feeder.watch(), name="manifests-watch"))
         else:
             self._tasks.extend(await self._kube.start())
-        self._event_server = create_event_server(
+        self._event_server = EventEndpoint(
             self.dispatcher,
             self.limiter,
             self.metrics,
             ready=self.ready,
             shared_window=self.shared_window,
             export_path_metrics=s.server.export_http_path_metrics,
-        )
+        ).server()
         host, port = split_addr(s.server.events_addr)
         self.ports["events"] = await self._event_server.start(host, port)
         log.info("events server listening on %s", f"{host or '0.0.0.0'}:{self.ports['events']}")

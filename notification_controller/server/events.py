@@ -105,6 +105,10 @@ class EventEndpoint:
         self._inflight: dict[str, Any] = {}
         self._observed: dict[tuple[str, str, int], tuple[Any, Any]] = {}
 
+    def server(self, settings: EventServerSettings | None = None) -> HTTPServer:
+        """The event server answering with this endpoint (not yet listening: ``await server.start(host, port)``)."""
+        return HTTPServer(self, (settings or EventServerSettings()).limits())
+
     # ---- the HTTP server's Handler -----------------------------------------------------------------------
     def __call__(self, request: Request) -> Response | Coroutine[Any, Any, Response]:
         start = time.perf_counter()
@@ -228,28 +232,6 @@ class EventEndpoint:
         self.metrics.events_rejected.labels(reason="store_unavailable").inc()
         log.warning("refusing event for %s (503): %s", event.involved_object.describe(), exc)
         return Response.text(503, "state store unavailable\n", {"Retry-After": "5"})
-
-
-def create_event_server(
-    dispatcher: Dispatcher,
-    limiter: FixedWindowLimiter,
-    metrics: EventMetrics,
-    *,
-    ready: Callable[[], bool],
-    shared_window: SharedDuplicateWindow | None = None,
-    export_path_metrics: bool = False,
-    settings: EventServerSettings | None = None,
-) -> HTTPServer:
-    """The event server (not yet listening: ``await server.start(host, port)``)."""
-    endpoint = EventEndpoint(
-        dispatcher,
-        limiter,
-        metrics,
-        ready=ready,
-        shared_window=shared_window,
-        export_path_metrics=export_path_metrics,
-    )
-    return HTTPServer(endpoint, (settings or EventServerSettings()).limits())
 
 
 def path_label(path: str) -> str:

@@ -2,7 +2,7 @@
 B12, C6, C10; reference §3.1–3.2).
 
 The event server runs inside the real controller (``App`` in local mode, ``tests/integration/appkit``) or,
-where a test needs short timeouts, as ``create_event_server`` with shortened ``EventServerSettings``. Every answer must be a deliberate status (202/400/405/413/429), never a 5xx, the process
+where a test needs short timeouts, as ``EventEndpoint.server`` with shortened ``EventServerSettings``. Every answer must be a deliberate status (202/400/405/413/429), never a 5xx, the process
 keeps serving, and nothing is logged at ERROR or with a traceback for a client's mistake.
 
 Pinned statuses (event endpoint): malformed JSON, deep nesting, NaN/Infinity, invalid UTF-8, lone
@@ -45,8 +45,8 @@ from notification_controller.metrics import EventMetrics
 from notification_controller.outbound import OutboundHTTP
 from notification_controller.server.events import (
     MAX_BODY,
+    EventEndpoint,
     EventServerSettings,
-    create_event_server,
 )
 from notification_controller.server.http1 import HTTPServer
 from notification_controller.server.receivers import ReceiverServerSettings
@@ -401,7 +401,7 @@ async def _event_runner(server_settings: EventServerSettings) -> tuple[HTTPServe
     await http.start()
     dispatcher = Dispatcher(store, MemoryCluster(), http, LogSink(), metrics)
     limiter = FixedWindowLimiter(300.0, SystemClock())
-    server = create_event_server(dispatcher, limiter, metrics, ready=lambda: True, settings=server_settings)
+    server = EventEndpoint(dispatcher, limiter, metrics, ready=lambda: True).server(server_settings)
     port = await server.start("127.0.0.1", 0)
     return server, port, http
 

@@ -26,7 +26,7 @@ from notification_controller.core.ratelimit import FixedWindowLimiter
 from notification_controller.dispatch.dispatcher import Dispatcher
 from notification_controller.metrics import EventMetrics
 from notification_controller.outbound import OutboundHTTP
-from notification_controller.server.events import EventServerSettings, create_event_server
+from notification_controller.server.events import EventEndpoint, EventServerSettings
 from notification_controller.settings import ServerSettings, Settings
 from notification_controller.store.base import ObjectStore
 from tests.adversarial.kit import event_body, samples
@@ -51,9 +51,8 @@ async def server() -> AsyncIterator[tuple[int, CollectorRegistry]]:
     dispatcher = Dispatcher(store, MemoryCluster(), http, LogSink(), metrics)
     limiter = FixedWindowLimiter(300.0, SystemClock())
     settings = EventServerSettings()
-    server = create_event_server(
-        dispatcher, limiter, metrics, ready=lambda: True, export_path_metrics=True, settings=settings
-    )
+    endpoint = EventEndpoint(dispatcher, limiter, metrics, ready=lambda: True, export_path_metrics=True)
+    server = endpoint.server(settings)
     port = await server.start("127.0.0.1", 0)
     try:
         yield port, registry
