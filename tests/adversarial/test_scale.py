@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.ports import listener_ports
 from tests.support.scalekit import (
     ANSWER_BOUND,
     CHURN,
@@ -57,12 +57,6 @@ GIT_REPOSITORY = {
 }
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def write_manifests(path: Path, objects: list[dict[str, Any]]) -> None:
     """One multi-document file (JSON documents are YAML), replaced atomically as a GitOps checkout is."""
     tmp = path.with_suffix(".tmp")
@@ -87,7 +81,7 @@ def test_two_thousand_secrets_ready_in_seconds_with_every_listener_answering(tmp
     manifests.mkdir()
     objects = [*population(NS), GIT_REPOSITORY]
     write_manifests(manifests / "cluster.yaml", objects)
-    ports = {name: free_port() for name in ("events", "receiver", "metrics", "health")}
+    ports = listener_ports()
     log_path = tmp_path / "controller.log"
     with log_path.open("wb") as log_file:
         started = time.monotonic()

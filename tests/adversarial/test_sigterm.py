@@ -17,7 +17,6 @@ import json
 import os
 import re
 import signal
-import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,16 +28,11 @@ from notification_controller.settings import EventSettings
 from tests.adversarial.kit import event_body, eventually, pair
 from tests.integration.appkit import metric, post_event, running_app
 from tests.support.capture import CaptureServer, Reply
+from tests.support.ports import listener_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 ABANDONED = re.compile(r"shutdown complete \((\d+) (?:queued )?notifications abandoned\)")
 DETAIL = re.compile(r"shutdown abandoned (\d+) notifications \((\d+) queued, (\d+) in flight\)")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def unmatched_event() -> bytes:
@@ -56,7 +50,7 @@ class Controller:
 
 
 async def start(manifests: Path, *flags: str) -> Controller:
-    ports = {name: free_port() for name in ("events", "receiver", "metrics", "health")}
+    ports = listener_ports()
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",

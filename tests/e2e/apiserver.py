@@ -22,7 +22,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import tempfile
@@ -41,6 +40,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from tests.support.pki import make_ca
+from tests.support.ports import free_port, free_ports
 
 __all__ = [
     "BUILD_SCRIPT",
@@ -97,13 +97,6 @@ def ensure_apiserver_binary(timeout: float = 3600.0) -> Path:
     if not os.access(path, os.X_OK):
         raise KubeTestServerError(f"{BUILD_SCRIPT} printed {path}, which is not executable")
     return path
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _b64url(data: bytes) -> str:
@@ -600,8 +593,7 @@ class KubeTestServer:
         assert self._etcd_bin is not None
         data_dir = self.workdir / "etcd-data"
         for _attempt in range(5):
-            self.etcd_port = _free_port()
-            peer_port = _free_port()
+            self.etcd_port, peer_port = free_ports(2)
             peer = f"http://127.0.0.1:{peer_port}"
             data_dir.mkdir(mode=0o700, exist_ok=True)
             self._etcd = _Process(
@@ -642,7 +634,7 @@ class KubeTestServer:
 
     def _start_apiserver_on_free_port(self) -> None:
         for _attempt in range(5):
-            self.port = _free_port()
+            self.port = free_port()
             try:
                 self._launch_apiserver()
                 return

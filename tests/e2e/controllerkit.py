@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,15 +23,10 @@ import yaml
 
 from tests.e2e.apiserver import KubeTestServer
 from tests.support.capture import CapturedRequest
+from tests.support.ports import listener_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 NS = "flux-system"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_for(check: Callable[[], Any], timeout: float = 30.0, interval: float = 0.25, what: str = "") -> Any:
@@ -153,7 +147,7 @@ class Controller:
     """The controller as a subprocess. ``ports`` maps events/receiver/metrics/health to local ports."""
 
     def __init__(self, kube: KubeTestServer, kubeconfig: Path, *extra: str, name: str = "c") -> None:
-        self.ports = {k: free_port() for k in ("events", "receiver", "metrics", "health")}
+        self.ports = listener_ports()
         self.log_path = Path(kube.workdir) / f"controller-{name}-{self.ports['events']}.log"
         self._log = self.log_path.open("wb")
         self.proc = subprocess.Popen(

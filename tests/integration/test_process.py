@@ -14,14 +14,9 @@ from pathlib import Path
 import aiohttp
 
 from tests.support.capture import CaptureServer
+from tests.support.ports import listener_ports
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def wait_ready(url: str, timeout: float = 20) -> None:
@@ -46,7 +41,7 @@ async def test_examples_deliver_and_sigterm_exits_zero(tmp_path: Path) -> None:
         shutil.copytree(ROOT / "examples" / "manifests", manifests)
         text = (manifests / "notifications.yaml").read_text().replace("http://127.0.0.1:9999", sink.url)
         (manifests / "notifications.yaml").write_text(text)
-        ports = {name: free_port() for name in ("events", "receiver", "metrics", "health")}
+        ports = listener_ports()
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
@@ -155,7 +150,7 @@ async def test_json_logs_hold_on_every_path_including_c_extensions(tmp_path: Pat
     """RE2 reports a bad pattern on fd 2 from C++ ("re2.cc:242] Error parsing ..."): with --log-encoding=json
     every line the process writes is still one JSON object, and Flux's levels hold (no "warning")."""
     (tmp_path / "alert.yaml").write_text(BAD_REGEX_ALERT)
-    ports = {k: free_port() for k in ("events", "receiver", "metrics", "health")}
+    ports = listener_ports()
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",

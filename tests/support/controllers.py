@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
@@ -24,14 +23,10 @@ from typing import Any, Self
 import aiohttp
 from aiohttp import web
 
+from tests.support.ports import free_port, listener_ports
+
 ROOT = Path(__file__).resolve().parents[2]
 LOCALHOST = "127.0.0.1"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((LOCALHOST, 0))
-        return int(sock.getsockname()[1])
 
 
 def manifests(directory: Path, sink_url: str, *, alerts: int = 1, timeout: str = "2s") -> Path:
@@ -107,7 +102,7 @@ class ControllerProcess:
         return self.proc.pid
 
     async def start(self, *, wait_ready: bool = True, timeout: float = 30.0) -> None:
-        self.ports = {name: free_port() for name in ("events", "receiver", "metrics", "health")}
+        self.ports = listener_ports()
         log = open(self.log_path, "ab") if self.log_path else asyncio.subprocess.DEVNULL  # noqa: SIM115
         try:
             self.proc = await asyncio.create_subprocess_exec(
