@@ -36,10 +36,16 @@ class BenchProcessError(RuntimeError):
     """A process under benchmark failed to start, died, or did not stop."""
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free ports: the sockets stay bound until all are chosen (released one at a time, the
+    kernel may hand the same port out twice)."""
+    with contextlib.ExitStack() as stack:
+        ports = []
+        for _ in range(count):
+            sock = stack.enter_context(socket.socket())
+            sock.bind(("127.0.0.1", 0))
+            ports.append(int(sock.getsockname()[1]))
+        return ports
 
 
 def _env() -> dict[str, str]:
@@ -231,7 +237,7 @@ class Controller:
         self.manifests = manifests
         self.extra_args = list(extra_args)
         self.env = dict(env or {})
-        self.ports = {name: free_port() for name in PORT_NAMES}
+        self.ports = dict(zip(PORT_NAMES, free_ports(len(PORT_NAMES)), strict=True))
         self.log_path = log_dir / f"controller-{time.monotonic_ns()}.log"
         self.proc: asyncio.subprocess.Process | None = None
         self.spawned_at = 0.0
