@@ -36,7 +36,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from email.utils import formatdate
 from http import HTTPStatus
 from typing import Protocol
@@ -54,13 +54,12 @@ class Request:
     """One parsed request. ``headers`` are raw ``(name, value)`` byte pairs in arrival order; ``header``
     looks one up case-insensitively (handlers read one or two, so no dict is built)."""
 
-    __slots__ = ("body", "headers", "keep_alive", "method", "path", "query", "version")
+    __slots__ = ("body", "headers", "keep_alive", "method", "path", "version")
 
     def __init__(
         self,
         method: str,
         path: str,
-        query: str,
         headers: list[tuple[bytes, bytes]],
         version: str,
         keep_alive: bool,
@@ -68,7 +67,6 @@ class Request:
     ) -> None:
         self.method = method
         self.path = path
-        self.query = query
         self.headers = headers
         self.version = version
         self.keep_alive = keep_alive
@@ -111,10 +109,6 @@ class Response:
         if headers:
             merged.update(headers)
         return cls(status, merged, text.encode("utf-8"), close=close)
-
-    @property
-    def content_length(self) -> int:
-        return len(self.body)
 
 
 class Handler(Protocol):
@@ -349,7 +343,6 @@ class Connection(asyncio.Protocol):
         request = Request(
             parser.get_method().decode("ascii"),
             parsed.path.decode("latin-1") if parsed.path else "/",
-            parsed.query.decode("latin-1") if parsed.query else "",
             self._headers,
             parser.get_http_version(),
             parser.should_keep_alive(),
@@ -601,6 +594,3 @@ class HTTPServer:
         if self._server is not None:
             await self._server.wait_closed()
             self._server = None
-
-
-HandlerFunc = Callable[[Request], Response | Awaitable[Response]]
