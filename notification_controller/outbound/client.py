@@ -26,7 +26,7 @@ import io
 import logging
 import ssl
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import urljoin, urlsplit
@@ -260,7 +260,8 @@ class OutboundHTTP:
                 if first_delay >= deadline - loop.time():
                     raise
                 await asyncio.sleep(first_delay)
-            return await self._retry(request, proxy, tls, masks, check, body_limit, deadline)
+            again = functools.partial(self._attempt, request, proxy, tls, masks, check, body_limit)
+            return await self._retry(again, deadline)
         except asyncio.CancelledError:
             if not guard.timed_out():
                 raise
@@ -276,14 +277,7 @@ class OutboundHTTP:
         )
 
     async def _retry(
-        self,
-        request: OutboundRequest,
-        proxy: str | None,
-        tls: ssl.SSLContext | None,
-        masks: Sequence[str],
-        check: Callable[[OutboundResponse], None] | None,
-        body_limit: int | None,
-        deadline: float,
+        self, attempt_once: Callable[[], Awaitable[OutboundResponse]], deadline: float
     ) -> OutboundResponse:
         """The attempts after the first (tenacity, imported with the first retry)."""
         from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
@@ -314,7 +308,7 @@ class OutboundHTTP:
             reraise=True,
         ):
             with attempt:
-                return await self._attempt(request, proxy, tls, masks, check, body_limit)
+                return await attempt_once()
         raise DeliveryError(
             "no attempt was made", reason="internal", failure=FailureReason.INTERNAL
         )  # unreachable: reraise=True
