@@ -2,22 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
-import socket
+from bench.procs import PORT_NAMES as LISTENERS  # the bench starts the same four listeners
+from bench.procs import free_ports  # one helper for the bench's controllers and the tests'
 
-LISTENERS = ("events", "receiver", "metrics", "health")
-
-
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct free ports on 127.0.0.1. The sockets stay bound until all are chosen: released one at
-    a time, the kernel may hand the same port out twice (health and metrics once got the same one)."""
-    with contextlib.ExitStack() as stack:
-        ports = []
-        for _ in range(count):
-            sock = stack.enter_context(socket.socket())
-            sock.bind(("127.0.0.1", 0))
-            ports.append(int(sock.getsockname()[1]))
-        return ports
+__all__ = ["LISTENERS", "free_port", "free_ports", "listener_ports"]
 
 
 def free_port() -> int:
