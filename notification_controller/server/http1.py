@@ -37,6 +37,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable
+from dataclasses import dataclass, field
 from email.utils import formatdate
 from http import HTTPStatus
 from typing import Protocol
@@ -50,27 +51,17 @@ _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _TEXT = "text/plain; charset=utf-8"
 
 
+@dataclass(slots=True)
 class Request:
     """One parsed request. ``headers`` are raw ``(name, value)`` byte pairs in arrival order; ``header``
     looks one up case-insensitively (handlers read one or two, so no dict is built)."""
 
-    __slots__ = ("body", "headers", "keep_alive", "method", "path", "version")
-
-    def __init__(
-        self,
-        method: str,
-        path: str,
-        headers: list[tuple[bytes, bytes]],
-        version: str,
-        keep_alive: bool,
-        body: bytes = b"",
-    ) -> None:
-        self.method = method
-        self.path = path
-        self.headers = headers
-        self.version = version
-        self.keep_alive = keep_alive
-        self.body = body
+    method: str
+    path: str
+    headers: list[tuple[bytes, bytes]]
+    version: str
+    keep_alive: bool
+    body: bytes = b""
 
     def header(self, name: str) -> str | None:
         """The last value of a header (latin-1, as HTTP/1.1 defines octets), or None."""
@@ -82,23 +73,14 @@ class Request:
         return None if found is None else found.decode("latin-1")
 
 
+@dataclass(slots=True)
 class Response:
     """An answer: status, extra headers (``Date``, ``Content-Length`` and ``Connection`` are added), body."""
 
-    __slots__ = ("body", "close", "headers", "status")
-
-    def __init__(
-        self,
-        status: int,
-        headers: dict[str, str] | None = None,
-        body: bytes = b"",
-        *,
-        close: bool = False,
-    ) -> None:
-        self.status = status
-        self.headers = headers
-        self.body = body
-        self.close = close
+    status: int
+    headers: dict[str, str] | None = None
+    body: bytes = b""
+    close: bool = field(default=False, kw_only=True)
 
     @classmethod
     def text(
@@ -184,37 +166,17 @@ _BAD_REQUEST = Response.text(400, "Bad Request\n", close=True)
 # ---- the connection --------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ServerLimits:
     """The parser's and the connection's limits (defaults: aiohttp's parser, Flux's timeouts)."""
 
-    __slots__ = (
-        "body_timeout",
-        "header_timeout",
-        "lingering_time",
-        "max_body",
-        "max_headers",
-        "max_line",
-        "max_pipelined",
-    )
-
-    def __init__(
-        self,
-        *,
-        max_body: int,
-        header_timeout: float = 10.0,
-        body_timeout: float = 30.0,
-        lingering_time: float = 2.0,
-        max_line: int = 8190,
-        max_headers: int = 128,
-        max_pipelined: int = 16,
-    ) -> None:
-        self.max_body = max_body
-        self.header_timeout = header_timeout
-        self.body_timeout = body_timeout
-        self.lingering_time = lingering_time
-        self.max_line = max_line
-        self.max_headers = max_headers
-        self.max_pipelined = max_pipelined
+    max_body: int
+    header_timeout: float = 10.0
+    body_timeout: float = 30.0
+    lingering_time: float = 2.0
+    max_line: int = 8190
+    max_headers: int = 128
+    max_pipelined: int = 16
 
 
 class _ParseLimit(Exception):
