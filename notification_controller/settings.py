@@ -202,6 +202,14 @@ class KubeSettings:
         "--default-service-account",
         "default ServiceAccount for object-level workload identity (needs the ObjectLevelWorkloadIdentity gate)",
     )
+    workload_identity_custom_endpoints: bool = opt(
+        False,
+        "--workload-identity-custom-endpoints",
+        "let cloud tokens minted with workload identity go to any http(s) endpoint a Provider names (Event "
+        "Hubs emulator, test servers); false: only the cloud's own hosts (*.servicebus.windows.net, "
+        "dev.azure.com...)",
+        kind="bool",
+    )
 
 
 @dataclass(frozen=True)

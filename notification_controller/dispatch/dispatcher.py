@@ -76,6 +76,7 @@ class DispatchSettings:
     provider_concurrency: int = EventSettings.provider_concurrency
     object_level_workload_identity: bool = False  # the ObjectLevelWorkloadIdentity feature gate
     default_service_account: str = KubeSettings.default_service_account  # providers/identity.py
+    workload_identity_custom_endpoints: bool = KubeSettings.workload_identity_custom_endpoints
 
     @classmethod
     def of(cls, s: Settings) -> DispatchSettings:
@@ -86,6 +87,7 @@ class DispatchSettings:
             e.provider_concurrency,
             s.gate("ObjectLevelWorkloadIdentity"),
             s.kube.default_service_account,
+            s.kube.workload_identity_custom_endpoints,
         )
 
 
@@ -128,6 +130,7 @@ class Dispatcher:
             cluster,
             object_level=s.object_level_workload_identity,
             default_service_account=s.default_service_account,
+            custom_endpoints=s.workload_identity_custom_endpoints,
         )
         self.notifiers = NotifierCache(store)
         self.rules = flux_rules(

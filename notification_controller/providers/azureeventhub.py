@@ -19,8 +19,17 @@ Two configurations, as in Flux:
 Flux uses the AMQP SDK; we use the Event Hubs REST API (``POST https://<ns>/<hub>/messages``), which
 delivers one event with the same body.
 
+Where the bearer goes (``identity.py``, "Where an access token may go"): a workload identity token is
+the controller's (or minted with its RBAC), so ``spec.channel`` must then be a namespace name (one DNS
+label, the cloud's suffix appended as Flux does) or ``<name>.servicebus.windows.net`` (or the China / US
+Government suffix); anything else (``localhost:8080/``, ``evil.com``, ``a.servicebus.evil.com``) makes the
+Provider not Ready, and an ``http(s)://`` URL is refused at delivery, before any token is minted, unless
+the operator runs the controller with ``--workload-identity-custom-endpoints``. A credential that the
+tenant supplied (the SAS connection string, a static ``token``) goes where the tenant says, as in Flux.
+
 Local emulators and tests: an ``Endpoint=http://host:port/`` in the connection string, or a
-``http(s)://host:port`` URL as the namespace, is used as given (plain HTTP for ``http://``).
+``http(s)://host:port`` URL as the namespace, is used as given (plain HTTP for ``http://``); with
+workload identity, only under ``--workload-identity-custom-endpoints``.
 """
 
 from __future__ import annotations
@@ -40,7 +49,14 @@ from ..errors import DeliveryError, ProviderConfigError
 from ..outbound import OutboundRequest
 from .base import DeliveryContext, ProviderOptions
 from .common import Caller, path_segment, rewrap
-from .identity import AZURE_SCOPE_EVENT_HUBS, azure_access_token
+from .identity import (
+    AZURE_HOSTS,
+    AZURE_SCOPE_EVENT_HUBS,
+    CUSTOM_ENDPOINTS_FLAG,
+    azure_access_token,
+    host_allowed,
+    is_dns_label,
+)
 from .message import with_text
 
 API_VERSION = "2014-01"
@@ -57,11 +73,27 @@ def eventhub_suffix() -> str:
     return ".servicebus.windows.net"
 
 
+def require_cloud_namespace(namespace: str) -> None:
+    """With workload identity, ``spec.channel`` names an Event Hubs namespace of Azure's own domains: a
+    namespace name, or a fully qualified ``<name>.servicebus.<cloud suffix>`` (any case). An http(s) URL
+    passes here and is checked against the operator's flag at delivery (``identity.require_destination``)."""
+    if namespace.startswith(("http://", "https://")):
+        return
+    if is_dns_label(namespace) or host_allowed(namespace.lower(), AZURE_HOSTS[AZURE_SCOPE_EVENT_HUBS]):
+        return
+    raise ProviderConfigError(
+        f"invalid Event Hubs namespace {namespace!r} in spec.channel: with workload identity it must be a "
+        "namespace name (mynamespace) or its fully qualified name (mynamespace.servicebus.windows.net, "
+        ".servicebus.chinacloudapi.cn or .servicebus.usgovcloudapi.net); an emulator URL needs "
+        f"{CUSTOM_ENDPOINTS_FLAG} on the controller"
+    )
+
+
 def namespace_base(namespace: str) -> str:
     """``https://<fully qualified namespace>`` (or the given http(s) URL, for emulators and tests)."""
     if namespace.startswith(("http://", "https://")):
         return namespace.rstrip("/")
-    host = namespace if ".servicebus." in namespace else namespace + eventhub_suffix()
+    host = namespace if ".servicebus." in namespace.lower() else namespace + eventhub_suffix()
     return f"https://{host}"
 
 
@@ -160,6 +192,8 @@ class AzureEventHubNotifier:
                     "failed to create a eventhub using authentication token: the Event Hubs namespace "
                     "(spec.channel) cannot be empty"
                 )
+            if not token:  # workload identity: the controller's token, Azure's hosts only
+                require_cloud_namespace(opts.channel)
             self.base, self.hub = namespace_base(opts.channel), address
         self.resource_uri = f"{self.base}/{self.hub}"
 
@@ -187,7 +221,9 @@ class AzureEventHubNotifier:
         bearer = ""
         if self.uses_workload_identity:
             try:
-                bearer = await azure_access_token(call, AZURE_SCOPE_EVENT_HUBS)
+                bearer = await azure_access_token(
+                    call, AZURE_SCOPE_EVENT_HUBS, self.base, "the Event Hubs namespace in spec.channel"
+                )
             except DeliveryError as exc:
                 raise rewrap(
                     exc, "failed to create a eventhub using managed identity: failed to get token"

@@ -34,6 +34,17 @@ share a token. Federated, ServiceAccount and access tokens are masked in every e
 messages (``failed to get service account 'ns/name': ...``) and count under the ``workload_identity``
 failure reason, except HTTP answers of the token endpoints, which keep their ``http_<status>`` reason.
 
+Where an access token may go: an Azure token is minted for one service (its scope) and sent only to
+that service's own hosts (``AZURE_HOSTS``: ``<namespace>.servicebus.windows.net`` and the China and US
+Government clouds for Event Hubs, ``dev.azure.com`` and ``<org>.visualstudio.com`` for Azure DevOps),
+whatever the Provider names: the destination is a tenant's choice, the token the controller's (or minted
+with the controller's RBAC), so ``http://attacker:port`` as an Event Hubs namespace must never receive
+it. ``azure_access_token`` takes the destination and checks it before anything is minted; an emulator
+or test server is accepted only with the operator's ``--workload-identity-custom-endpoints`` (off by
+default). Flux does not check (its AMQP SDK only speaks TLS to the name it is given, its Azure DevOps
+client goes to the address host): a deliberate deviation. Google tokens go only to the Pub/Sub API that
+the operator configures (``googlepubsub.py``), never to a URL of the Provider, so they need no check.
+
 Tests: ``AZURE_AUTHORITY_HOST`` and ``GCE_METADATA_HOST`` point at local servers as they would at
 sovereign clouds or a GKE metadata proxy; ``NC_GOOGLE_STS_URL`` and ``NC_GOOGLE_IAM_CREDENTIALS_URL`` (ours)
 replace Google's STS and IAM Credentials endpoints.
@@ -80,6 +91,19 @@ AZURE_DEFAULT_AUTHORITY = "https://login.microsoftonline.com/"
 AZURE_TENANT_ANNOTATION = "azure.workload.identity/tenant-id"
 AZURE_CLIENT_ANNOTATION = "azure.workload.identity/client-id"
 CLIENT_ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
+CUSTOM_ENDPOINTS_FLAG = "--workload-identity-custom-endpoints"
+# The hosts an Azure token for a scope may be sent to: an exact host, or ``.suffix`` for one DNS label
+# followed by the suffix. Public cloud, then China (21Vianet) and US Government (Azure docs: "Azure
+# Government developer guide", "Azure China developer guide"); Azure DevOps Services is public only.
+AZURE_HOSTS: Mapping[str, tuple[str, ...]] = {
+    AZURE_SCOPE_EVENT_HUBS: (
+        ".servicebus.windows.net",
+        ".servicebus.chinacloudapi.cn",
+        ".servicebus.usgovcloudapi.net",
+    ),
+    AZURE_SCOPE_DEVOPS: ("dev.azure.com", ".visualstudio.com"),
+}
+_DNS_LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?", re.IGNORECASE)
 
 # ---- GCP (fluxcd/pkg/auth/gcp, golang.org/x/oauth2/google/externalaccount) -------------------------------
 GCP_SCOPES = (
@@ -151,6 +175,52 @@ class GKECluster:
         )
 
 
+def is_dns_label(text: str) -> bool:
+    """One DNS label (RFC 1123): letters, digits and inner hyphens, at most 63 characters."""
+    return _DNS_LABEL.fullmatch(text) is not None
+
+
+def host_allowed(host: str, allowed: Sequence[str]) -> bool:
+    """``host`` (lower case, no port) is one of ``allowed``: equal to an entry, or one DNS label followed
+    by an entry that starts with ``.`` (``myns`` + ``.servicebus.windows.net``; never two labels, so
+    ``evil.com.servicebus.windows.net`` is no more accepted than a name the label check refuses)."""
+    for entry in allowed:
+        if not entry.startswith("."):
+            if host == entry:
+                return True
+        elif host.endswith(entry) and is_dns_label(host[: -len(entry)]):
+            return True
+    return False
+
+
+def cloud_endpoint(url: str, allowed: Sequence[str]) -> bool:
+    """``url`` is ``https://<allowed host>[:443]/...`` without userinfo (the only way a token may leave for a
+    cloud service without the operator's flag)."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return False
+    host = (parts.hostname or "").lower()
+    return (
+        parts.scheme.lower() == "https"
+        and port in (None, 443)
+        and "@" not in parts.netloc
+        and host_allowed(host, allowed)
+    )
+
+
+def origin(url: str) -> str:
+    """``scheme://host[:port]`` of ``url`` (never its userinfo, path or query), for error texts."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return "an invalid URL"
+    host = parts.hostname or ""
+    return f"{parts.scheme}://{host}" + (f":{port}" if port is not None else "")
+
+
 def fail(message: str) -> PermanentDeliveryError:
     return PermanentDeliveryError(message, reason=REASON)
 
@@ -179,9 +249,11 @@ class WorkloadIdentity:
         default_service_account: str = "",
         environ: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        custom_endpoints: bool = False,
     ) -> None:
         self.accounts = accounts
         self.object_level = object_level
+        self.custom_endpoints = custom_endpoints  # the operator's --workload-identity-custom-endpoints
         self.default_service_account = default_service_account
         self.environ: Mapping[str, str] = os.environ if environ is None else environ
         self._clock = clock
@@ -190,6 +262,18 @@ class WorkloadIdentity:
 
     def env(self, name: str) -> str:
         return self.environ.get(name, "").strip()
+
+    def require_destination(self, url: str, allowed: Sequence[str], what: str) -> None:
+        """Refuse (before any token is minted) to send a workload identity token to ``url`` unless it is one
+        of the ``allowed`` cloud hosts over https, or the operator allowed custom endpoints."""
+        if self.custom_endpoints or cloud_endpoint(url, allowed):
+            return
+        hosts = ", ".join("https://" + ("*" + h if h.startswith(".") else h) for h in allowed)
+        raise fail(
+            f"refusing to send a workload identity token to {origin(url)} ({what}): such tokens go only "
+            f"to {hosts or 'no host'}; an emulator or test endpoint needs {CUSTOM_ENDPOINTS_FLAG} on the "
+            "controller"
+        )
 
     def account_for(self, opts: ProviderOptions) -> AccountRef | None:
         """``spec.serviceAccountName``, else the default ServiceAccount, else None (the controller's)."""
@@ -400,9 +484,12 @@ async def _cached(call: Caller, key: str, mint: Callable[[], Awaitable[CachedTok
     return token.value
 
 
-async def azure_access_token(call: Caller, scope: str) -> str:
-    """An Azure AD access token for ``scope`` (the ServiceAccount's identity, else the controller's)."""
+async def azure_access_token(call: Caller, scope: str, destination: str, what: str) -> str:
+    """An Azure AD access token for ``scope`` (the ServiceAccount's identity, else the controller's), to be
+    sent to ``destination`` (``what`` names it in the error): refused unless that is one of the scope's
+    ``AZURE_HOSTS`` or the operator allowed custom endpoints."""
     identity = _identity(call)
+    identity.require_destination(destination, AZURE_HOSTS.get(scope, ()), what)
     authority = require_http_url(
         identity.env("AZURE_AUTHORITY_HOST") or AZURE_DEFAULT_AUTHORITY, "AZURE_AUTHORITY_HOST"
     )

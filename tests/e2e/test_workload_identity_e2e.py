@@ -94,7 +94,13 @@ def controller(
     for name in ("AZURE_CLIENT_ID", "AZURE_TENANT_ID", "AZURE_FEDERATED_TOKEN_FILE"):
         monkeypatch.delenv(name, raising=False)  # the controller's own identity must not be what is used
     kubeconfig = kube.create_service_account_kubeconfig(NS, "notification-controller")
-    ctl = Controller(kube, kubeconfig, "--feature-gates=ObjectLevelWorkloadIdentity=true", name="identity")
+    ctl = Controller(
+        kube,
+        kubeconfig,
+        "--feature-gates=ObjectLevelWorkloadIdentity=true",
+        "--workload-identity-custom-endpoints=true",  # the local Event Hub stands in for Azure's
+        name="identity",
+    )
     try:
         ctl.wait_ready()
         yield ctl

@@ -142,7 +142,8 @@ async def local_app(
             health_addr="127.0.0.1:0",
             shutdown_grace=5.0,
         ),
-        kube=KubeSettings(default_service_account=default_sa),
+        # The local servers stand in for Azure's hosts: the operator's flag lets the tokens reach them.
+        kube=KubeSettings(default_service_account=default_sa, workload_identity_custom_endpoints=True),
         tokens=TokenCacheSettings(max_size=100 if cache else 0),
         feature_gates={"ObjectLevelWorkloadIdentity": gate},
         manifests=manifests,
@@ -481,7 +482,11 @@ async def rig(*, gate: bool = True, default_sa: str = "") -> AsyncIterator[Rig]:
         http,
         sink,
         EventMetrics(CollectorRegistry()),
-        DispatchSettings(object_level_workload_identity=gate, default_service_account=default_sa),
+        DispatchSettings(
+            object_level_workload_identity=gate,
+            default_service_account=default_sa,
+            workload_identity_custom_endpoints=True,  # the local servers stand in for Azure's hosts
+        ),
         tokens=TokenCache(),
     )
     try:

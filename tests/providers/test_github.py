@@ -232,3 +232,47 @@ def test_duplicate_github_status_first_matching_context_decides() -> None:
     assert not duplicate_github_status(listing, status)
     assert duplicate_github_status([{"context": "ctx", "state": None}, *listing[1:]], status)
     assert not duplicate_github_status([], status)
+
+
+# ---- an installation token goes only to the API that minted it (issue 23 item 6) -------------------
+
+
+@pytest.mark.parametrize(
+    ("base_url", "address"),
+    [
+        (None, "https://github.com/org/repo"),  # api.github.com mints, api.github.com is called
+        (b"https://api.github.com", "git@github.com:org/repo.git"),
+        (b"https://ghe.example.com/api/v3", "https://ghe.example.com/org/repo"),
+        (b"https://api.octo.ghe.com", "https://octo.ghe.com/org/repo"),  # data residency: api.<host>
+        (b"http://127.0.0.1:8080/api/v3", "http://127.0.0.1:8080/org/repo"),  # a test server
+    ],
+)
+def test_github_app_token_stays_with_its_api(base_url: bytes | None, address: str) -> None:
+    data = {"githubAppID": b"1", "githubAppInstallationID": b"2", "githubAppPrivateKey": RSA_PEM}
+    if base_url is not None:
+        data["githubAppBaseURL"] = base_url
+    for ptype in (ProviderType.GITHUB, ProviderType.GITHUB_DISPATCH, ProviderType.GITHUB_PR_COMMENT):
+        assert GitHubAuth(opts(ptype, address=address, secret_data=data)).app is not None
+
+
+@pytest.mark.parametrize(
+    ("base_url", "address"),
+    [
+        (None, "https://attacker.example/org/repo"),  # a github.com token to another host
+        (None, "http://127.0.0.1:8080/org/repo"),
+        (b"https://ghe.example.com/api/v3", "https://github.com/org/repo"),
+        (b"https://ghe.example.com/api/v3", "http://ghe.example.com/org/repo"),  # not in clear text
+        (b"https://ghe.example.com/api/v3", "https://ghe.example.com:8443/org/repo"),
+        (b"https://api.github.com", "https://github.com.attacker.example/org/repo"),
+    ],
+)
+def test_github_app_token_never_sent_to_another_host(base_url: bytes | None, address: str) -> None:
+    data = {"githubAppID": b"1", "githubAppInstallationID": b"2", "githubAppPrivateKey": RSA_PEM}
+    if base_url is not None:
+        data["githubAppBaseURL"] = base_url
+    for ptype in (ProviderType.GITHUB, ProviderType.GITHUB_DISPATCH, ProviderType.GITHUB_PR_COMMENT):
+        message = config_error(ptype, address=address, secret_data=data)
+        assert "installation token is only sent to the API that minted it" in message
+        assert "githubAppBaseURL" in message
+    # A token of the tenant's own (not minted) goes to the address, as in Flux.
+    assert GitHubAuth(opts(ProviderType.GITHUB, address=address, token="t", secret_data=data)).app is None

@@ -9,6 +9,11 @@ carries a ``summary``). ``info`` → ``succeeded``, ``error`` → ``error``; ``P
 Secret's ``token`` is a personal access token (basic auth with an empty user). Without one, workload
 identity (``identity.py``) mints an Azure AD token for Azure DevOps, sent the same way, as Flux hands it to
 the SDK's PAT connection. TLS settings apply to Azure DevOps, the proxy to the token endpoint only.
+That token is the controller's (or minted with its RBAC), so it goes only to Azure DevOps Services
+(``https://dev.azure.com``, ``https://<org>.visualstudio.com``), never to another host the address names
+(a deviation: Flux's client sends it to the address host); a test server needs the operator's
+``--workload-identity-custom-endpoints`` (``identity.py``). A personal access token from the Secret goes
+to the address host, as in Flux.
 
 Deviation: we call the REST API directly with ``?api-version=6.0`` (Flux's SDK discovers the resource
 location first).
@@ -114,7 +119,9 @@ class AzureDevOpsNotifier(CommitStatusNotifier):
         if self.token:
             return ""  # the Secret's token is in the options (list/create_request fall back to it)
         try:
-            token: str = await azure_access_token(call, AZURE_SCOPE_DEVOPS)
+            token: str = await azure_access_token(
+                call, AZURE_SCOPE_DEVOPS, self.org_url, "the Azure DevOps organisation in spec.address"
+            )
             return token
         except DeliveryError as exc:
             raise rewrap(exc, "failed to acquire azure devops token: failed to get token") from None

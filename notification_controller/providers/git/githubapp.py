@@ -20,6 +20,13 @@ The API base URL of the repository calls derives from the address host (go-githu
 → ``https://api.github.com/``; any other host → ``<scheme>://<host>/api/v3/`` unless the host starts with
 ``api.`` or contains ``.api.`` (GitHub Enterprise Cloud with data residency). An ``http://`` address keeps
 ``http`` (test servers, plain-HTTP enterprise proxies).
+
+An installation token is minted at the app's API (``{base}``) and is only valid there, so it is sent only
+to that API: the repository API derived from the address must be on the same origin (scheme, host, port)
+as ``{base}``, or on the host without ``api.`` (``api.github.com`` for ``github.com``, ``api.<x>.ghe.com``
+for ``<x>.ghe.com``). Otherwise the Provider is not Ready (``token_destination``): a token minted for one
+GitHub is never shown to another host, even by mistake (Flux's client does not check; the key is the
+tenant's, but the cache may hold a token minted for a key another Provider shares).
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 import jwt
 from cryptography.exceptions import UnsupportedAlgorithm
@@ -40,7 +48,7 @@ from ..base import ProviderOptions
 from ..common import Caller, path_segment, str_field, token_or_password
 from ..tokens import CachedToken, TokenCache, cache_key, mint_or_cached
 from ..validation import require_url
-from .base import RepoAddress
+from .base import RepoAddress, parse_git_address
 
 KEY_APP_ID = "githubAppID"
 KEY_INSTALLATION_ID = "githubAppInstallationID"
@@ -63,6 +71,19 @@ def github_api_base(repo: RepoAddress) -> str:
     if host.startswith("api.") or ".api." in host:
         return f"{repo.scheme}://{repo.netloc}/"
     return f"{repo.scheme}://{repo.netloc}/api/v3/"
+
+
+def token_destination_error(app_base: str, api_base: str) -> str | None:
+    """Why an installation token minted at ``app_base`` must not go to ``api_base`` (None: it may)."""
+    app, api = urlsplit(app_base), urlsplit(api_base)
+    app_host, api_host = app.netloc.lower(), api.netloc.lower()
+    if app.scheme.lower() == api.scheme.lower() and app_host in (api_host, f"api.{api_host}"):
+        return None
+    return (
+        f"the GitHub App's API ({app.scheme}://{app.hostname}) does not serve the repository's "
+        f"({api.scheme}://{api.hostname}): its installation token is only sent to the API that minted it; "
+        f"set '{KEY_BASE_URL}' in the Secret to the repository's GitHub API"
+    )
 
 
 def github_headers(token: str, *, body: bool = False) -> dict[str, str]:
@@ -262,6 +283,14 @@ class GitHubAuth:
             if KEY_APP_ID not in opts.secret_data:
                 raise ProviderConfigError("github token or github app details must be specified")
             self.app = GitHubApp.from_secret(opts.secret_data)
+            try:
+                repo = parse_git_address(opts.address)
+            except ProviderConfigError:
+                return  # the notifier's own address check reports it
+            if repo.scheme in ("http", "https") and repo.netloc:
+                why = token_destination_error(self.app.base_url, github_api_base(repo))
+                if why is not None:
+                    raise ProviderConfigError(why)
 
     async def token(self, call: Caller) -> GitHubToken:
         if self.app is None:
