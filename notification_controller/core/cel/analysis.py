@@ -156,6 +156,11 @@ _TYPE_NAMES: Final = frozenset(
 )
 _MACROS: Final = {"all": (2,), "exists": (2,), "exists_one": (2,), "map": (2, 3), "filter": (2,)}
 _UNSUPPORTED: Final = frozenset({"optMap", "optFlatMap"})
+_GROWING: Final = frozenset(
+    {"replace", "join", "split", "format", "strings.quote", "base64.encode", "base64.decode"}
+)
+"""Functions whose result may be larger than their receiver, or cost more than a scan of it (the
+bounded implementations are in ``functions.py``)."""
 # the kinds each argument (after the receiver, for member functions) may have; absent: not checked
 _S: Final = frozenset({"string"})
 _I: Final = frozenset({"int"})
@@ -210,6 +215,9 @@ class _Analysis:
     dynamic_index: bool = False
     literal_keys: set[str] = field(default_factory=set)
     literal_list_size: int = 0
+    grows: bool = False
+    """A call that builds a value larger than its inputs (``_GROWING``) or a ``+`` that is not certainly
+    numeric: with a comprehension, what keeps an expression off the in-process fast path."""
 
 
 class _Checker:
@@ -312,6 +320,8 @@ class _Checker:
         return self._apply_global(node.pos, node.name, args)
 
     def _apply_global(self, pos: int, name: str, args: list[_Type]) -> _Type:
+        if name in _GROWING:
+            self.analysis.grows = True
         spec = _GLOBAL_FUNCTIONS.get(name)
         if spec is None:
             if name in _MEMBER_FUNCTIONS or name in _MACROS:
@@ -392,6 +402,8 @@ class _Checker:
             return self._macro(step, receiver, scope, depth)
         if step.name in _UNSUPPORTED:
             self._error(step.pos, f"the '{step.name}' macro is not supported by this implementation")
+        if step.name in _GROWING:
+            self.analysis.grows = True
         args = [
             # cel-go exempts the argument list of format() from the homogeneous-literal rule
             self._list(a, scope, depth, homogeneous=False)
@@ -467,6 +479,8 @@ class _Checker:
 
     def _binary(self, op: str, pos: int, left: _Type, right: _Type) -> _Type:
         name = _OPERATOR_NAMES[op]
+        if op == "+" and not (left.kind in _NUMERIC and right.kind in _NUMERIC):
+            self.analysis.grows = True  # string, bytes or list concatenation (or not known)
         if op in ("&&", "||"):
             for t in (left, right):
                 if not _is_any(t) and t != _BOOL:
@@ -570,7 +584,9 @@ def _fallback_analysis(source: str, program: _cel.Program, declared: frozenset[s
             raise CELCompileError(
                 f"failed to parse the CEL expression '{source}': undeclared reference to '{name}'"
             )
-    return _Analysis(comprehension_depth=len(_MACRO_VARIABLE_RE.findall(source)), dynamic_index=True)
+    return _Analysis(
+        comprehension_depth=len(_MACRO_VARIABLE_RE.findall(source)), dynamic_index=True, grows=True
+    )
 
 
 _KNOWN_FUNCTIONS: Final = frozenset(_MEMBER_FUNCTIONS) | frozenset(_GLOBAL_FUNCTIONS) | frozenset(_MACROS)

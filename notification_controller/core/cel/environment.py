@@ -48,6 +48,14 @@ class Expression:
     _analysis: _Analysis = field(repr=False, compare=False)
 
     @property
+    def inline_safe(self) -> bool:
+        """Proven cheap without running it: no comprehension macro and no call or ``+`` that can build a
+        value larger than the inputs (``analysis._GROWING``). Its cost is then linear in the expression
+        and the inputs, so it may be evaluated on the event loop; anything else goes to the sandbox's
+        worker processes (``notification_controller/sandbox``)."""
+        return self._analysis.comprehension_depth == 0 and not self._analysis.grows
+
+    @property
     def static_type(self) -> str:
         """The output type as inferred at compile time, as cel-go prints it (``dyn`` when unknown)."""
         return str(self._analysis.output)

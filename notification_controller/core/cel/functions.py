@@ -1,6 +1,11 @@
 """The cel-go extensions the Rust library lacks (ext.Strings, ext.Sets, ext.Encoders, OptionalTypes
 ``list.first()/last()``, ``bool()``/``string(bool)``), as small Python functions registered on a context.
-Each is wrapped so that an error never quotes a value."""
+Each is wrapped so that an error never quotes a value.
+
+Every function that can build a value larger than its receiver (``replace``, ``join``, ``split``,
+``format``, ``strings.quote``, ``base64.encode``) refuses, *before* building it, a string over
+``MAX_STRING_RESULT`` characters or a list over ``MAX_LIST_RESULT`` items (issue 23: ten chained
+``s.replace('', s)`` reached 2.9 GB). cel-go bounds the same growth with its runtime cost limit."""
 
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Final
 
-from .values import _MAX_FORMAT_PRECISION
+from .values import _MAX_FORMAT_PRECISION, MAX_LIST_RESULT, MAX_STRING_RESULT
 
 if TYPE_CHECKING:
     import cel as _cel
@@ -123,8 +128,17 @@ def _reverse(s: object) -> str:
     return _as_str(s)[::-1]
 
 
+def _too_long(size: int, limit: int = MAX_STRING_RESULT) -> None:
+    if size > limit:
+        raise _FunctionError(f"result larger than {limit} characters or items")
+
+
 def _replace(s: object, old: object, new: object, limit: object = -1) -> str:
     text, before, after, count = _as_str(s), _as_str(old), _as_str(new), _as_int(limit)
+    occurrences = text.count(before) if before else len(text) + 1
+    if count >= 0:
+        occurrences = min(occurrences, count)
+    _too_long(len(text) + occurrences * (len(after) - len(before)))
     return text.replace(before, after) if count < 0 else text.replace(before, after, count)
 
 
@@ -132,6 +146,8 @@ def _split(s: object, sep: object, limit: object = -1) -> list[str]:
     text, separator, count = _as_str(s), _as_str(sep), _as_int(limit)
     if count == 0:
         return []
+    pieces = (len(text) if separator == "" else text.count(separator) + 1) if count < 0 else count
+    _too_long(pieces, MAX_LIST_RESULT)
     if separator == "":
         chars = list(text)
         if count < 0 or count >= len(chars):
@@ -149,7 +165,9 @@ def _substring(s: object, start: object, end: object = None) -> str:
 
 
 def _join(items: object, sep: object = "") -> str:
-    return _as_str(sep).join(_as_str(item) for item in _as_list(items))
+    separator, values = _as_str(sep), [_as_str(item) for item in _as_list(items)]
+    _too_long(sum(map(len, values)) + len(separator) * max(len(values) - 1, 0))
+    return separator.join(values)
 
 
 _QUOTE_ESCAPES: Final = {
@@ -166,7 +184,9 @@ _QUOTE_ESCAPES: Final = {
 
 
 def _quote(s: object) -> str:
-    return '"' + "".join(_QUOTE_ESCAPES.get(c, c) for c in _as_str(s)) + '"'
+    text = _as_str(s)
+    _too_long(2 * len(text) + 2)
+    return '"' + "".join(_QUOTE_ESCAPES.get(c, c) for c in text) + '"'
 
 
 def _go_float(value: float) -> str:
@@ -238,7 +258,7 @@ def _format_clause(verb: str, precision: int | None, arg: object) -> str:
 def _format(template: object, arguments: object) -> str:
     text, args = _as_str(template), _as_list(arguments)
     out: list[str] = []
-    i = used = 0
+    i = used = size = 0
     while i < len(text):
         c = text[i]
         i += 1
@@ -263,6 +283,8 @@ def _format(template: object, arguments: object) -> str:
         if used >= len(args):
             raise _FunctionError("index out of range in format arguments")
         out.append(_format_clause(text[i], precision, args[used]))
+        size += len(out[-1])
+        _too_long(size + len(text))
         used += 1
         i += 1
     return "".join(out)
@@ -347,6 +369,7 @@ def _sets_intersects(a: object, b: object) -> bool:
 def _base64_encode(data: object) -> str:
     if not isinstance(data, bytes):
         raise _FunctionError(_NO_OVERLOAD)
+    _too_long(4 * (len(data) + 2) // 3)
     return base64.b64encode(data).decode("ascii")
 
 

@@ -23,6 +23,11 @@ MAX_INPUT_DEPTH: Final = 256
 MAX_INPUT_NODES: Final = 2_000_000
 MAX_COMPREHENSION_COST: Final = 10_000_000
 _MAX_FORMAT_PRECISION: Final = 100
+MAX_STRING_RESULT: Final = 256 * 1024
+"""Longest string an extension function (``replace``, ``join``, ``format``, ``strings.quote``,
+``base64.encode``) may build, in characters."""
+MAX_LIST_RESULT: Final = 100_000
+"""Longest list ``split`` may build."""
 
 
 class CELError(ControllerError):
