@@ -28,6 +28,11 @@ Why the ``Redactor`` looks the way it does (issue 11 item 3, issue 16):
   credentials base64-encoded (``Authorization: Basic``, ``Proxy-Authorization``), percent-encoded (query
   strings) or JSON-escaped. ``secret_mask_values`` adds those forms: base64 of ``username:password`` of a
   Secret, the userinfo of proxy URLs, and base64/URL/JSON forms of every single-token value.
+* **Every form of an address** (issue 23 item 15): a provider may rewrite the address it was given (``zoom``
+  adds ``format=full`` and re-sorts the query, Go's ``url.Values.Encode``), so the address as written no
+  longer matches what an endpoint echoes. ``address_forms`` derives the masks from the URL actually sent:
+  its path with the query, the path, the query, each credential-length query value and path segment, raw
+  and percent-decoded; the outbound path masks them in every error body.
 * **Thread-safe reads.** The stderr capture thread logs through the same filter while the loop updates the
   index: ``__call__`` only reads dicts and immutable tuples.
 """
@@ -38,7 +43,7 @@ import base64
 import json
 import re
 from collections.abc import Hashable, Iterable, Mapping
-from urllib.parse import quote, unquote, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urlsplit, urlunsplit
 
 MASK = "*****"
 MIN_LEN = 8
@@ -150,6 +155,39 @@ def url_credentials(url: str) -> set[str]:
     forms = {password, unquote(password), f"{user}:{password}", basic_credentials(user, password)}
     forms.add(basic_credentials(unquote(user), unquote(password)))
     return forms
+
+
+ADDRESS_PART_MIN = 12
+"""A query value or path segment this long may be a credential (Slack's 24-character secret, a Zoom or Teams
+webhook id); shorter ones (``full``, ``en``, ``v1``, ``webhooks``) are configuration, left readable."""
+
+
+def address_forms(url: str) -> set[str]:
+    """What an echo of a request to ``url`` may quote of the credential in its path or query: the path with
+    its query, the path (with and without its leading ``/``), the query, every query value and path segment of
+    ``ADDRESS_PART_MIN`` characters or more, each raw and percent-decoded. Empty for an unparsable URL."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return set()
+    path, query = parts.path, parts.query
+    forms = {path, path.lstrip("/"), query}
+    if query:
+        forms.add(f"{path}?{query}")
+        forms.add(f"{path.lstrip('/')}?{query}")
+        for raw in query.split("&"):
+            forms.add(raw.partition("=")[2])
+        for _, value in parse_qsl(query, keep_blank_values=True):
+            forms.add(value)
+    forms.update(path.split("/"))
+    decoded = {unquote(form) for form in forms}
+    out = set()
+    prefixes = (path, path.lstrip("/")) if path.strip("/") else ()
+    for form in forms | decoded:
+        whole = form in (path, query) or form.startswith(prefixes)
+        if len(form) >= ADDRESS_PART_MIN or (whole and len(form) >= 4 and form.strip("/")):
+            out.add(form)
+    return out
 
 
 def credential_echoes(

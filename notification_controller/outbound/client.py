@@ -2,8 +2,11 @@
 
 Two transports behind one ``send``: a request with no proxy goes through ``h1client.H1Client`` (our HTTP/1.1
 client on llhttp, a third of aiohttp's CPU per request, issue 17); a proxied one (HTTP CONNECT, SOCKS, or
-from the environment) through aiohttp. Both get the same headers, TLS context, redirect rule, body cap,
-deadline, retries and error texts. No compressed answers are asked for (bodies are not decompressed).
+from the environment) through aiohttp. Both get the same headers (``request.wire_headers``: framing headers
+dropped, control and non-ASCII characters refused), TLS context, redirect rule, body cap, response-head
+limits, deadline, retries, failure reasons and error texts (issue 23 item 13; ``tests/adversarial/
+test_transport_parity.py`` runs one hostile-server battery against both). No compressed answers are asked
+for (bodies are not decompressed).
 
 Owns the pooled ``aiohttp.ClientSession``, the per-delivery time budget (``spec.timeout`` covers all
 attempts, as Flux's context deadline does), proxies, TLS, retries (tenacity, driven by the pure
@@ -35,11 +38,11 @@ from urllib.request import getproxies, proxy_bypass
 import aiohttp
 from yarl import URL
 
-from ..core.redact import credential_echoes, mask_token, redact_url, redact_urls_in
+from ..core.redact import address_forms, credential_echoes, mask_token, redact_url, redact_urls_in
 from ..errors import DeliveryError, FailureReason, PermanentDeliveryError, RetryableDeliveryError
+from .h1client import MAX_FIELD, MAX_HEADERS, H1Client
 from .h1client import METHODS as DIRECT_METHODS
-from .h1client import H1Client
-from .request import OutboundRequest, OutboundResponse
+from .request import InvalidHeader, OutboundRequest, OutboundResponse, wire_headers
 from .retry import backoff, classify_exception, classify_status, describe_exception, failure_of
 
 if TYPE_CHECKING:
@@ -145,6 +148,10 @@ class OutboundHTTP:
                 trust_env=False,
                 auto_decompress=False,
                 skip_auto_headers=("Accept-Encoding",),  # bodies are not decompressed: do not ask for gzip
+                # the answer's head: aiohttp's defaults, written down so both transports keep one limit
+                max_line_size=MAX_FIELD,
+                max_field_size=MAX_FIELD,
+                max_headers=MAX_HEADERS,
                 # No cookie jar, as Flux's Go client (``Jar`` nil): a cookie one Provider's endpoint sets
                 # is never sent with another's request through this shared session; and no cookie
                 # bookkeeping per request (issue 17).
@@ -179,6 +186,10 @@ class OutboundHTTP:
                 auto_decompress=False,
                 skip_auto_headers=("Accept-Encoding",),  # bodies are not decompressed: do not ask for gzip
                 cookie_jar=aiohttp.DummyCookieJar(),
+                # the answer's head: aiohttp's defaults, written down so both transports keep one limit
+                max_line_size=MAX_FIELD,
+                max_field_size=MAX_FIELD,
+                max_headers=MAX_HEADERS,
             )
             self._socks_sessions[proxy] = session
             if len(self._socks_sessions) > MAX_SOCKS_SESSIONS:
@@ -340,6 +351,14 @@ class OutboundHTTP:
             user, password = request.basic_auth
             token = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
             headers = {**headers, "Authorization": "Basic " + token}
+        try:  # one rule for both transports: framing headers dropped, control and non-ASCII refused
+            headers = wire_headers(headers)
+        except InvalidHeader as exc:
+            raise PermanentDeliveryError(
+                _mask(f'{request.method} "{redact_url(request.url)}": {exc}', masks),
+                reason="invalid_header",
+                failure=FailureReason.INVALID_REQUEST,
+            ) from None
         try:
             if proxy is None:  # the common case, without a coroutine
                 session, request_proxy = self.session, None
@@ -415,8 +434,10 @@ class OutboundHTTP:
         if response.status < 200 or response.status >= 300:
             verdict = classify_status(response.status, response.headers)
             # A provider or proxy may echo the request: mask the credentials in the forms sent (Basic,
-            # Proxy-Authorization, URL/JSON-encoded), on the whole body before it is cut (issue 11 item 8).
-            echoes = credential_echoes(masks, headers, proxy or self._env_proxy(url))
+            # Proxy-Authorization, URL/JSON-encoded), on the whole body before it is cut (issue 11 item 8),
+            # and the address in the form it was sent, which a provider may have rewritten (issue 23 item 15).
+            sent = {*address_forms(request.url), *address_forms(url)}
+            echoes = credential_echoes([*masks, *sent], headers, proxy or self._env_proxy(url))
             shown = _mask(response.text(), [*echoes, *masks])[:1024]
             text = _mask(f"request failed with status code {response.status}: {shown}", masks)
             status = response.status

@@ -12,10 +12,24 @@ What it does:
 * reads the response with llhttp: status, headers, a body capped at ``body_limit`` bytes (the rest is not
   read and the connection is closed), ``1xx`` interim answers skipped, a body delimited by the connection's
   end completed at EOF;
-* keeps connections per origin (scheme, host, port, TLS context) for reuse while the server agrees
-  (``Connection: close``, HTTP/1.0, ``Keep-Alive: timeout=N``) and for at most ``idle_timeout`` seconds idle;
-  a connection the server closed is never reused; an idempotent request that finds a pooled connection closed
-  before any answer is sent again once on a new connection (RFC 9112 §9.3.1, as aiohttp does);
+* bounds the response head as aiohttp's client does (issue 23 item 3; measured against aiohttp 3.14, whose
+  parser refused each of these at once while this client spent 10 s of CPU or 2.67 GB on them): at most
+  ``MAX_HEADERS`` (128) fields per answer, ``MAX_FIELD`` (8190) bytes per field, and ``MAX_HEAD`` (1 MiB,
+  Go's order of magnitude, about 128 × 8190) for all the heads of one exchange, interim answers included,
+  counted as the bytes arrive (llhttp's binding concatenates a field's pieces, so an unbounded field would
+  cost quadratic copies). A repeated field keeps its first value, as Go's ``Header.Get`` and the proxied
+  path's ``dict(resp.headers)`` do: nothing is joined;
+* an answer whose head arrived is returned even when the connection then ends before its body did (what
+  the proxied path's ``content.read`` does): a 200 cut by a reset was delivered, so it is not sent again;
+* keeps connections per origin (scheme, host, port, TLS context) for reuse only when the server agrees
+  (``Connection: close``, HTTP/1.0, ``Keep-Alive: timeout=N``), the request was fully written before the
+  answer began, exactly one complete answer came with nothing after it, and an error answer did not leave a
+  request body the server may not have read (issue 23 item 14: an early 413 for a 3 MiB body had the next
+  request arrive behind the rest of the old body); an idle connection is closed after ``idle_timeout``
+  seconds by a timer (not only when next looked at: issue 23 item 11), at most ``MAX_IDLE_PER_ORIGIN`` per
+  origin and ``MAX_IDLE`` in all are kept; a connection the server closed is never reused; an idempotent
+  request that finds a pooled connection closed before any answer is sent again once on a new connection
+  (RFC 9112 §9.3.1, as aiohttp does);
 * TLS with the caller's context or the default one (certificate and host name verified), happy eyeballs on
   dual-stack hosts, a connect timeout.
 
@@ -33,9 +47,20 @@ from collections import deque
 
 import httptools
 
+from .request import FRAMING  # the URL's host and the body's length are this client's, never a caller's
+
 IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
 METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE"})  # HEAD's answer has no body: aiohttp's
+# Idle connections: aiohttp's keep-alive timeout (15 s: the proxied path's, so both paths hold a socket as
+# long; shorter than Go's 90 s because a server closing first is the race that costs a failed request), its
+# per-host limit (64), and Go's MaxIdleConns (100, Flux's transport) in all.
+IDLE_TIMEOUT = 15.0
 MAX_IDLE_PER_ORIGIN = 64
+MAX_IDLE = 100
+# The answer's head, as aiohttp's client parser bounds it (max_headers, max_field_size / max_line_size).
+MAX_HEADERS = 128
+MAX_FIELD = 8190
+MAX_HEAD = 1 << 20
 
 
 class ServerDisconnectedError(ConnectionError):
@@ -47,7 +72,11 @@ class HostNotFound(OSError):
 
 
 class InvalidResponse(ValueError):
-    """The answer is not HTTP/1.1 we can read."""
+    """The answer is not HTTP/1.1 we can read; ``detail`` says why in words shown to users (no server bytes)."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(f"invalid HTTP response: {detail}")
+        self.detail = detail
 
 
 class InvalidRequest(ValueError):
@@ -79,6 +108,13 @@ class _Connection(asyncio.Protocol):
         self._head_done = False
         self._framed = False
         self._reusable = False
+        self._head_bytes = 0  # bytes of this exchange received before its final head was complete
+        self._field_bytes = 0  # of those, bytes since the last complete header field
+        self._fields = 0  # header fields of the current answer
+        self._violation: InvalidResponse | None = None  # a head limit a callback found exceeded
+        self._answered = False  # the exchange's final answer is complete: any further byte is left over
+        self._early = False  # the answer began before the request was fully handed to the kernel
+        self._body_sent = False  # the request carried a body
 
     # ---- asyncio.Protocol --------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -86,15 +122,34 @@ class _Connection(asyncio.Protocol):
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:
-        self._received = True
+        if not self._received:
+            self._received = True
+            transport = self.transport
+            if transport is not None and transport.get_write_buffer_size():
+                self._early = True  # answered before the request was written: the server is out of step
         if self._waiter is None:  # bytes nobody asked for: the connection cannot be trusted any more
             self.abort()
             return
+        head = not self._head_done
+        if head:
+            self._head_bytes += len(data)
+            self._field_bytes += len(data)
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
-            self._finish_error(InvalidResponse(f"invalid HTTP response: {exc}"))
+            error = self._violation or InvalidResponse(f"malformed ({exc})")
+            self._finish_error(error)
             self.abort()
+            return
+        if head and not self._head_done:
+            if self._head_bytes > MAX_HEAD:
+                self._refuse(InvalidResponse("header section too large"))
+            elif self._field_bytes > MAX_FIELD:
+                self._refuse(InvalidResponse("header field too long"))
+
+    def _refuse(self, error: InvalidResponse) -> None:
+        self._finish_error(error)
+        self.abort()
 
     def eof_received(self) -> bool | None:
         self._on_end()
@@ -109,8 +164,10 @@ class _Connection(asyncio.Protocol):
         self.closed = True
         if self._waiter is None or self._waiter.done():
             return
-        if self._head_done and not self._framed:
-            self._complete(reusable=False)  # a body delimited by the end of the connection
+        if self._head_done:
+            # a body delimited by the end of the connection, or one cut short: the answer came (its status
+            # says what the server did), so it is returned as the proxied path's read returns it, not resent
+            self._complete(reusable=False)
             return
         error = ServerDisconnectedError("server closed the connection")
         if exc is not None:
@@ -119,24 +176,36 @@ class _Connection(asyncio.Protocol):
 
     # ---- llhttp callbacks --------------------------------------------------------------------------------
     def on_message_begin(self) -> None:
+        if self._answered:  # a second answer to one request: whatever it is, the connection is not reused
+            self._reusable = False
+            self.abort()
         self._headers = {}
         self._body = []
         self._size = 0
         self._head_done = False
         self._framed = False
+        self._fields = 0
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        self._fields += 1
+        if self._fields > MAX_HEADERS:
+            self._violation = InvalidResponse("too many header fields")
+            raise self._violation
+        if len(name) + len(value) > MAX_FIELD:
+            self._violation = InvalidResponse("header field too long")
+            raise self._violation
+        self._field_bytes = 0
         lower = name.lower()
         if lower == b"content-length" or (lower == b"transfer-encoding" and b"chunked" in value.lower()):
             self._framed = True  # the body's end is known: a connection ending before it cut the answer
         key = name.decode("latin-1")
-        text = value.decode("latin-1")
-        previous = self._headers.get(key)
-        self._headers[key] = text if previous is None else f"{previous}, {text}"
+        if key not in self._headers:  # the first value, as Go's Header.Get and dict(aiohttp's headers)
+            self._headers[key] = value.decode("latin-1")
 
     def on_headers_complete(self) -> None:
         self._status = self._parser.get_status_code()
         self._head_done = self._status >= 200
+        self._field_bytes = 0
 
     def on_body(self, body: bytes) -> None:
         if self._size >= self._limit:
@@ -150,10 +219,13 @@ class _Connection(asyncio.Protocol):
     def on_message_complete(self) -> None:
         if self._status < 200:  # 100 Continue, 103 Early Hints: the answer follows
             return
+        self._answered = True
         self._complete(reusable=self._parser.should_keep_alive())
 
     # ---- one exchange ------------------------------------------------------------------------------------
-    async def exchange(self, data: tuple[bytes, ...], limit: int) -> tuple[int, dict[str, str], bytes]:
+    async def exchange(
+        self, data: tuple[bytes, ...], limit: int, *, has_body: bool = False
+    ) -> tuple[int, dict[str, str], bytes]:
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[tuple[int, dict[str, str], bytes]] = loop.create_future()
         self._waiter = waiter
@@ -161,6 +233,11 @@ class _Connection(asyncio.Protocol):
         self._received = False
         self._reusable = False
         self._head_done = False
+        self._head_bytes = 0
+        self._field_bytes = 0
+        self._answered = False
+        self._early = False
+        self._body_sent = has_body
         assert self.transport is not None
         self.transport.writelines(data)
         return await waiter
@@ -181,9 +258,16 @@ class _Connection(asyncio.Protocol):
         if len(body) > self._limit:
             body = body[: self._limit]
         self._body = []
-        # an answer that came before the whole request was sent (an early 4xx) leaves the server out of step
+        # An answer that came before the whole request was sent (an early 4xx) leaves the server out of step;
+        # so may an error answer to a request with a body that the kernel took but the server never read.
         transport = self.transport
-        reusable = reusable and transport is not None and transport.get_write_buffer_size() == 0
+        reusable = (
+            reusable
+            and not self._early
+            and not (self._body_sent and self._status >= 400)
+            and transport is not None
+            and transport.get_write_buffer_size() == 0
+        )
         self._reusable = reusable
         if reusable:
             self.keep_alive_for = _keep_alive_timeout(self._headers)
@@ -218,10 +302,21 @@ def _keep_alive_timeout(headers: dict[str, str]) -> float | None:
 class H1Client:
     """Direct HTTP/1.1 requests with a keep-alive pool. ``close`` closes every pooled connection."""
 
-    def __init__(self, *, idle_timeout: float = 15.0, connect_timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        *,
+        idle_timeout: float = IDLE_TIMEOUT,
+        connect_timeout: float = 30.0,
+        max_idle: int = MAX_IDLE,
+        max_idle_per_origin: int = MAX_IDLE_PER_ORIGIN,
+    ) -> None:
         self.idle_timeout = idle_timeout
         self.connect_timeout = connect_timeout
+        self.max_idle = max_idle
+        self.max_idle_per_origin = max_idle_per_origin
         self._idle: dict[Origin, deque[_Connection]] = {}
+        self._idle_count = 0  # connections in the deques of ``_idle`` (closed ones included until swept)
+        self._reaper: asyncio.TimerHandle | None = None
         self._default_tls: ssl.SSLContext | None = None
         self._head_cache: dict[tuple[str, str, int], str] = {}
 
@@ -247,22 +342,23 @@ class H1Client:
         context = (tls or self.default_tls()) if scheme == "https" else None
         origin: Origin = (scheme, host, port, context)
         data = self._encode(method, host, port, scheme, target, headers, body)
+        has_body = bool(body)
         connection = self._pooled(origin)
         if connection is not None:
             try:
-                return await self._exchange(connection, data, body_limit)
+                return await self._exchange(connection, data, body_limit, has_body)
             except (ServerDisconnectedError, ConnectionResetError, BrokenPipeError):
                 # a kept connection the server had closed: send again on a new one if the method allows
                 if not (connection.answered_nothing and method in IDEMPOTENT):
                     raise
         connection = await self._connect(origin, context)
-        return await self._exchange(connection, data, body_limit)
+        return await self._exchange(connection, data, body_limit, has_body)
 
     async def _exchange(
-        self, connection: _Connection, data: tuple[bytes, ...], limit: int
+        self, connection: _Connection, data: tuple[bytes, ...], limit: int, has_body: bool
     ) -> tuple[int, dict[str, str], bytes]:
         try:
-            answer = await connection.exchange(data, limit)
+            answer = await connection.exchange(data, limit, has_body=has_body)
         except BaseException:
             connection.abort()
             raise
@@ -293,23 +389,25 @@ class H1Client:
             self._head_cache[key] = host_header
         items = headers.items() if isinstance(headers, dict) else headers
         lines = [f"{method} {target} HTTP/1.1\r\nHost: {host_header}\r\n"]
-        has_length = False
         for name, value in items:
             if "\r" in value or "\n" in value or "\r" in name or "\n" in name:
                 raise InvalidRequest("header names and values must not contain line breaks")
-            lower = name.lower()
-            if lower == "host":
+            if name.lower() in FRAMING:  # the URL's host and the body's length, never the caller's
                 continue
-            if lower == "content-length":
-                has_length = True
             lines.append(f"{name}: {value}\r\n")
-        if not has_length and (body or method in ("POST", "PUT", "PATCH")):
+        if body or method in ("POST", "PUT", "PATCH"):
             lines.append(f"Content-Length: {len(body)}\r\n")
         lines.append("\r\n")
         head = "".join(lines).encode("latin-1", errors="strict")
         if not body:
             return (head,)
         return (head + body,) if len(body) < 65536 else (head, body)  # a large body is not copied
+
+    def _expires(self, connection: _Connection) -> float:
+        limit = self.idle_timeout
+        if connection.keep_alive_for is not None:
+            limit = min(limit, connection.keep_alive_for)
+        return connection.idle_since + limit
 
     def _pooled(self, origin: Origin) -> _Connection | None:
         idle = self._idle.get(origin)
@@ -318,25 +416,72 @@ class H1Client:
         now = time.monotonic()
         while idle:
             connection = idle.pop()  # the most recently used: the least likely to have been closed
-            limit = self.idle_timeout
-            if connection.keep_alive_for is not None:
-                limit = min(limit, connection.keep_alive_for)
+            self._idle_count -= 1
             if connection.closed or connection.transport is None or connection.transport.is_closing():
                 continue
-            if now - connection.idle_since >= limit:
+            if now >= self._expires(connection):
                 connection.abort()
                 continue
             return connection
         return None
 
     def _release(self, connection: _Connection) -> None:
-        idle = self._idle.setdefault(connection.origin, deque())
+        idle = self._idle.get(connection.origin)
+        if idle is None:
+            idle = self._idle[connection.origin] = deque()
         connection.idle_since = time.monotonic()
         idle.append(connection)
-        while len(idle) > MAX_IDLE_PER_ORIGIN:
+        self._idle_count += 1
+        if len(idle) > self.max_idle_per_origin:
             idle.popleft().abort()
+            self._idle_count -= 1
         if len(idle) > 1 and idle[0].closed:  # drop the dead from the oldest end as we go
             idle.popleft()
+            self._idle_count -= 1
+        if self._idle_count > self.max_idle:
+            self._evict_oldest()
+        if self._reaper is None:
+            delay = self._expires(connection) - connection.idle_since
+            self._reaper = asyncio.get_running_loop().call_later(delay + 0.01, self._reap)
+
+    def _evict_oldest(self) -> None:
+        """Past ``max_idle``: close the connection idle the longest, whatever its origin."""
+        oldest: deque[_Connection] | None = None
+        for idle in self._idle.values():
+            if idle and (oldest is None or idle[0].idle_since < oldest[0].idle_since):
+                oldest = idle
+        if oldest is not None:
+            oldest.popleft().abort()
+            self._idle_count -= 1
+
+    def _reap(self) -> None:
+        """The idle timer: close what has been idle too long (or was closed), then sleep until the next expiry.
+        One timer per client, armed only while connections are idle."""
+        self._reaper = None
+        now = time.monotonic()
+        soonest: float | None = None
+        for origin in list(self._idle):
+            idle = self._idle[origin]
+            kept: deque[_Connection] = deque()
+            for connection in idle:
+                expires = self._expires(connection)
+                if connection.closed or now >= expires:
+                    connection.abort()
+                    continue
+                kept.append(connection)
+                soonest = expires if soonest is None else min(soonest, expires)
+            self._idle_count -= len(idle) - len(kept)
+            if kept:
+                self._idle[origin] = kept
+            else:
+                del self._idle[origin]
+        if soonest is not None:
+            self._reaper = asyncio.get_running_loop().call_later(max(0.0, soonest - now) + 0.01, self._reap)
+
+    @property
+    def idle_connections(self) -> int:
+        """Pooled connections still open (observability and tests)."""
+        return sum(1 for idle in self._idle.values() for c in idle if not c.closed)
 
     async def _connect(self, origin: Origin, context: ssl.SSLContext | None) -> _Connection:
         _, host, port, _ = origin
@@ -356,7 +501,11 @@ class H1Client:
         return protocol
 
     async def close(self) -> None:
+        if self._reaper is not None:
+            self._reaper.cancel()
+            self._reaper = None
         for idle in self._idle.values():
             while idle:
                 idle.pop().abort()
         self._idle.clear()
+        self._idle_count = 0

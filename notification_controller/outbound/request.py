@@ -1,7 +1,17 @@
-"""What goes out and what comes back: plain values, built by providers and hooks, sent by ``client.py``."""
+"""What goes out and what comes back: plain values, built by providers and hooks, sent by ``client.py``.
+
+``wire_headers`` is the one rule for the headers a request may carry, whichever transport sends it (issue 23
+item 13: the direct and the proxied path used to differ): the framing headers (``Host``, ``Content-Length``,
+``Transfer-Encoding``, ``Trailer``) are the transport's, as in Go's ``Request.Write`` (Flux sets a Secret's
+headers with ``Header.Set`` and Go never writes those from ``Header``), so a Secret's are dropped; and a name
+that is not an RFC 9110 token or a value with a control character (NUL, CR, LF...) or a non-ASCII character
+is refused. Non-ASCII is refused rather than encoded: aiohttp writes UTF-8 and the direct client Latin-1, and
+a receiver cannot tell which charset a field is in (RFC 9110 §5.5: obs-text is opaque).
+"""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -38,3 +48,36 @@ def shared_headers(headers: Mapping[str, str]) -> Mapping[str, str]:
     if len({name.lower() for name in headers}) != len(headers):
         return MappingProxyType(dict(headers))
     return CIMultiDictProxy(CIMultiDict(headers))
+
+
+FRAMING = frozenset({"host", "content-length", "transfer-encoding", "trailer"})
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_BAD_VALUE = re.compile(r"[^\t\x20-\x7e]")
+
+
+class InvalidHeader(ValueError):
+    """A header the request must not carry; ``name`` is None when the name itself is not a token."""
+
+    def __init__(self, name: str | None) -> None:
+        what = f"header {name!r}" if name is not None else "a header name"
+        super().__init__(
+            f"{what} has a character HTTP does not allow in a request "
+            "(control characters and non-ASCII are refused)"
+        )
+        self.name = name
+
+
+def wire_headers(headers: Mapping[str, str]) -> Mapping[str, str]:
+    """``headers`` as they may go out: checked, without framing headers (``headers`` itself when nothing is
+    dropped, so a Provider's shared mapping is not copied). Raises ``InvalidHeader``."""
+    drop = False
+    for name, value in headers.items():
+        if _TOKEN.fullmatch(name) is None:
+            raise InvalidHeader(None)
+        if _BAD_VALUE.search(value) is not None:
+            raise InvalidHeader(name)
+        if name.lower() in FRAMING:
+            drop = True
+    if not drop:
+        return headers
+    return {name: value for name, value in headers.items() if name.lower() not in FRAMING}

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 
 from ..errors import FailureReason
-from .h1client import HostNotFound
+from .h1client import HostNotFound, InvalidResponse
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,8 @@ def classify_exception(exc: BaseException) -> Verdict:
         return Verdict(True, "timeout")
     if name in ("ClientConnectorDNSError",) or isinstance(exc, HostNotFound):
         return Verdict(True, "dns")
+    if response_problem(exc) is not None:  # retried, as Go's retryablehttp retries any transport error
+        return Verdict(True, "invalid_response")
     if name in (
         "ClientConnectorError",
         "ClientOSError",
@@ -96,6 +98,22 @@ _ERRNO_TEXT = {
 }
 
 
+def response_problem(exc: BaseException) -> str | None:
+    """Why an answer could not be read, in the same words for both transports (issue 23 items 3 and 13):
+    the direct client's ``InvalidResponse`` or aiohttp's parser refusing it (a ``ClientResponseError`` whose
+    400 is aiohttp's own, not the server's status). None for any other exception."""
+    if isinstance(exc, InvalidResponse):
+        return exc.detail
+    if type(exc).__name__ == "ClientResponseError":
+        message = str(getattr(exc, "message", ""))
+        if message.startswith("Too many headers"):
+            return "too many header fields"
+        if message.startswith("Got more than"):
+            return "header field too long"
+        return "malformed"
+    return None
+
+
 def describe_exception(exc: BaseException) -> str:
     """A transport failure in the user's words, for Events, status and logs: "connection refused", not
     ``ClientConnectorError: Cannot connect to host x:443 ssl:default [Connect call failed ...]``.
@@ -113,6 +131,9 @@ def describe_exception(exc: BaseException) -> str:
         return "host not found (DNS lookup failed)"
     if verdict.reason == "invalid_url":
         return "invalid URL"
+    problem = response_problem(exc)
+    if problem is not None:
+        return f"invalid response: {problem}"
     name = type(exc).__name__
     if name == "ServerDisconnectedError":
         return "server closed the connection"
@@ -147,6 +168,8 @@ def failure_of(verdict: Verdict, status: int | None = None) -> FailureReason:
             return FailureReason.SERVER_ERROR
         return FailureReason.CLIENT_ERROR
     reason = verdict.reason
+    if reason == "invalid_response":  # the receiver answered something unreadable: its fault, as a 5xx
+        return FailureReason.SERVER_ERROR
     if reason.startswith("tls"):
         return FailureReason.TLS
     if reason == "timeout":

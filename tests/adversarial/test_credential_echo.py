@@ -135,3 +135,58 @@ async def post_event(app: App) -> None:
 
 def failures(app: App) -> list[str]:
     return [e[3] for e in local_cluster(app).events if e[2] == "NotificationDispatchFailed"]
+
+
+# ---- issue 23 item 15: a provider that rewrites its address (zoom re-sorts the query) ----------------
+ZOOM_PATH_TOKEN = "zoomPathTok3n9f2c71ab"
+ZOOM_QUERY_TOKEN = "zoomQueryTok3n5d8e04"
+ZOOM_TOKEN = "zoom-verification-canary-6b1e"
+
+
+def echo_request(request: CapturedRequest) -> Reply:
+    """An endpoint that quotes the request line and head it received, as many gateways' 4xx pages do."""
+    lines = "\n".join(f"{name}: {value}" for name, value in request.headers.items())
+    return Reply(400, body=f"unknown webhook; you sent:\n{request.method} {request.raw_path} HTTP/1.1\n{lines}")
+
+
+async def test_zoom_rewritten_address_is_masked_in_logs_and_events(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The zoom provider sends to its address with ``format=full`` added and the query re-sorted (Go's
+    ``url.Values.Encode``), so the mask of the address as written no longer matches what an echoing endpoint
+    quotes. No form of the path or its query token may reach the ERROR log line or the Warning Event."""
+    caplog.set_level(logging.DEBUG)
+    async with CaptureServer() as sink:
+        sink.on("POST", r"^/v1/im/chat/webhooks/", echo_request)
+        address = f"{sink.url}/v1/im/chat/webhooks/{ZOOM_PATH_TOKEN}?token={ZOOM_QUERY_TOKEN}&lang=en"
+        (tmp_path / "objects.yaml").write_text(
+            pair("zoom", "zoom", "", secret="zoom") + secret("zoom", address=address, token=ZOOM_TOKEN)
+        )
+        async with running_app(tmp_path) as app:
+            await eventually(
+                lambda: all(p.status.conditions for p in app.store.providers()), what="providers reconciled"
+            )
+            await post_event(app)
+            await eventually(lambda: len(failures(app)) == 1, timeout=10, what="the zoom delivery failing")
+            messages = failures(app)
+        # Not vacuous: the rewritten address was used, and the endpoint echoed it back.
+        sent = sink.requests[0].raw_path
+        assert sent == f"/v1/im/chat/webhooks/{ZOOM_PATH_TOKEN}?format=full&lang=en&token={ZOOM_QUERY_TOKEN}"
+        assert sink.requests[0].headers["Authorization"] == ZOOM_TOKEN
+    assert any("you sent" in m for m in messages), messages
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert any("failed to send notification" in text for text in errors), errors
+    emitted = [("Kubernetes Event", m) for m in messages] + [
+        (f"log {r.levelname} {r.name}", r.getMessage()) for r in caplog.records
+    ]
+    leaks = [
+        f"{what} in {where}: {text[:400]!r}"
+        for where, text in emitted
+        for what, value in (
+            ("path token", ZOOM_PATH_TOKEN),
+            ("query token", ZOOM_QUERY_TOKEN),
+            ("verification token", ZOOM_TOKEN),
+        )
+        if value in text
+    ]
+    assert leaks == []
