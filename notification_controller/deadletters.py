@@ -7,6 +7,12 @@ delivers them again, attempts counted afresh) or forgets them (``drop``). It tal
 so it works while the controller runs (NATS, or SQLite's WAL allows a second connection) or is stopped.
 
 Exit status: 0 done, 1 the store could not be used, 2 bad usage.
+
+Everything it prints came from outside: event names, reasons and messages from whoever could POST an event,
+errors from the provider's answer. The table escapes every control character (C0, DEL, C1, Unicode format
+and line/paragraph separators: ``\x1b``, ``\u009b``, ``\u202e``) and the backslash itself, so no cell can
+move the cursor, clear the screen, ring the bell or fake a line (issue 23 item 12); ``-o json`` escapes
+them as JSON does (``ensure_ascii``).
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import argparse
 import asyncio
 import json
 import sys
+import unicodedata
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -113,7 +120,7 @@ async def run(args: argparse.Namespace, out: TextIO) -> int:
         nats_tls_cert=args.nats_tls_cert,
         nats_tls_key=args.nats_tls_key,
     )
-    store = store_from_settings(settings)
+    store = store_from_settings(settings, retain=False)  # only the controller deletes, by its own limits
     if not store.durable:
         raise ConfigError(
             "the memory store keeps nothing outside the controller: use the controller's durable --store"
@@ -142,9 +149,33 @@ async def run(args: argparse.Namespace, out: TextIO) -> int:
         await store.close()
 
 
+_SHORT_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+"""Control (C0, DEL, C1), format (bidi overrides, zero-width), lone surrogates, line/paragraph separators."""
+
+
+def escape_cell(text: str) -> str:
+    """``text`` with nothing a terminal would act on: each unsafe character as a Python-style escape."""
+    if text.isprintable() and "\\" not in text:  # the common case, in C
+        return text
+    out = []
+    for ch in text:
+        short = _SHORT_ESCAPES.get(ch)
+        if short is not None:
+            out.append(short)
+        elif unicodedata.category(ch) in _UNSAFE_CATEGORIES:
+            code = ord(ch)
+            out.append(
+                f"\\x{code:02x}" if code < 0x80 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+            )
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
 def _table(rows: list[dict[str, Any]], out: TextIO) -> None:
     columns = ("id", "alert", "provider", "object", "attempts", "deadAt", "reason", "error")
-    cells = [[str(r[c]).replace("\n", " ")[:120] for c in columns] for r in rows]
+    cells = [[escape_cell(str(r[c]))[:120] for c in columns] for r in rows]
     widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
     out.write("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip() + "\n")
     for row in cells:

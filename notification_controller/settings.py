@@ -276,6 +276,20 @@ class StoreSettings:
         kind="duration",
         show_default="30s",
     )
+    dead_letter_max_age: float = opt(
+        14 * 24 * 3600.0,
+        "--store-dead-letter-max-age",
+        "durable stores: how long a dead letter is kept (then deleted; the dead-letters command lists them)",
+        kind="duration",
+        show_default="336h",
+    )
+    dead_letter_max_bytes: int = opt(
+        128 << 20,
+        "--store-dead-letter-max-bytes",
+        "durable stores: size of the dead letters beyond which the oldest are deleted (0: no cap)",
+        kind="int",
+        show_default="134217728 (128 MiB)",
+    )
     ack_wait: float = opt(
         30.0,
         "--store-ack-wait",

@@ -12,6 +12,11 @@ with seconds, week dates). A timestamp Python's ``datetime`` cannot hold once co
 or ``0001-01-01T00:00:00+01:00`` and ``9999-12-31T23:59:59-01:00`` whose UTC instant falls outside years
 1-9999) is a client error (400), never an ``OverflowError`` (issue 11 item 7: it was a 500 with a
 traceback); Go can represent those instants, so this is a documented difference of edge values.
+
+The involved object's ``kind``, ``namespace`` and ``name`` may not hold control characters (C0, DEL, C1):
+Kubernetes cannot name an object so, and every sink downstream (logs, chat messages, the ``dead-letters``
+table on an operator's terminal) would carry them (issue 23 item 12). Flux accepts them; here they are a
+400. The message and metadata stay free text.
 """
 
 from __future__ import annotations
@@ -50,6 +55,9 @@ _NOT_RFC3339 = "timestamp must be an RFC 3339 string or null"
 GO_ZERO_TIME = datetime(1, 1, 1, tzinfo=UTC)
 """Go's zero ``time.Time``: ``metav1.Time`` writes it as ``null``."""
 
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_NAMED = ("kind", "namespace", "name")
 
 _recent_timestamps: dict[str, datetime] = {}  # a timestamp's text → its UTC datetime (bounded: 64)
 
@@ -198,7 +206,12 @@ class Event(BaseModel):
         if obj is not None:
             if not isinstance(obj, dict):
                 raise EventDecodeError("involvedObject must be an object")
-            data["involvedObject"] = _canonical_keys(obj, _OBJ_CANON, _OBJ_NAMES)
+            obj = data["involvedObject"] = _canonical_keys(obj, _OBJ_CANON, _OBJ_NAMES)
+            for key in _NAMED:
+                value = obj.get(key)
+                # isprintable: one C pass for the usual ASCII name; the regex only for what it refuses
+                if type(value) is str and not value.isprintable() and _CONTROL.search(value):
+                    raise EventDecodeError(f"invalid event field involvedObject.{key}: control characters")
         for key in ("severity", "message", "reason", "reportingController", "reportingInstance"):
             if key in data and data[key] is None:
                 data.pop(key)  # Go leaves a string field untouched on JSON null

@@ -20,7 +20,7 @@ from urllib.parse import parse_qs
 from ..core.clock import Clock
 from ..errors import ConfigError
 from ..settings import StoreSettings
-from .base import DEFAULT_ACK_WAIT, DeadLetter, KVEntry, LaneStats, Lease, NewItem, Store
+from .base import DEFAULT_ACK_WAIT, DeadLetter, KVEntry, LaneStats, Lease, NewItem, Retention, Store
 
 if TYPE_CHECKING:  # nats-py is imported only when a nats:// store is opened
     from .nats import NATSAuth
@@ -32,6 +32,7 @@ __all__ = [
     "LaneStats",
     "Lease",
     "NewItem",
+    "Retention",
     "Store",
     "open_store",
     "store_from_settings",
@@ -63,6 +64,7 @@ def open_store(
     clock: Clock | None = None,
     ack_wait: float = DEFAULT_ACK_WAIT,
     nats_auth: NATSAuth | None = None,
+    retention: Retention | None = None,
 ) -> Store:
     """The ``Store`` for ``url``, not started. Raises ``ConfigError`` for a URL it cannot use."""
     url = url.strip()
@@ -81,7 +83,7 @@ def open_store(
 
         if synchronous not in SYNCHRONOUS:
             raise _bad(url, f"synchronous must be one of {', '.join(SYNCHRONOUS)}")
-        return SQLiteStore(path, synchronous=synchronous, clock=clock, ack_wait=ack_wait)
+        return SQLiteStore(path, synchronous=synchronous, clock=clock, ack_wait=ack_wait, retention=retention)
     if url.startswith("nats://"):
         hosts, params = _query(url, url[len("nats://") :], {"prefix", "replicas"})
         if "@" in hosts:
@@ -106,8 +108,10 @@ def open_store(
     raise _bad(url, "unknown scheme")
 
 
-def store_from_settings(settings: StoreSettings, *, clock: Clock | None = None) -> Store:
-    """``open_store`` for the ``--store*`` flags; NATS credentials are read from their files here, once."""
+def store_from_settings(settings: StoreSettings, *, clock: Clock | None = None, retain: bool = True) -> Store:
+    """``open_store`` for the ``--store*`` flags; NATS credentials are read from their files here, once.
+    ``retain=False`` (the ``dead-letters`` command): no retention sweep, whatever the defaults say."""
+    retention = Retention(settings.dead_letter_max_age, settings.dead_letter_max_bytes) if retain else None
     nats_auth = None
     if settings.url.strip().startswith("nats://"):
         from .nats import NATSAuth
@@ -130,4 +134,6 @@ def store_from_settings(settings: StoreSettings, *, clock: Clock | None = None) 
             tls_cert_file=str(settings.nats_tls_cert) if settings.nats_tls_cert else None,
             tls_key_file=str(settings.nats_tls_key) if settings.nats_tls_key else None,
         )
-    return open_store(settings.url, clock=clock, ack_wait=settings.ack_wait, nats_auth=nats_auth)
+    return open_store(
+        settings.url, clock=clock, ack_wait=settings.ack_wait, nats_auth=nats_auth, retention=retention
+    )

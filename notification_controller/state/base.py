@@ -80,6 +80,20 @@ class LaneStats:
 
 
 @dataclass(frozen=True)
+class Retention:
+    """How long a store keeps what nobody acknowledges (``--store-dead-letter-*``; defaults in settings.py).
+
+    A backend that keeps time itself (SQLite) enforces it with a periodic sweep; JetStream with stream
+    limits. ``None`` for a store opened by the ``dead-letters`` command: it must not delete what the
+    controller's own limits would keep."""
+
+    dead_letter_max_age: float
+    """Seconds a dead letter is kept after it died."""
+    dead_letter_max_bytes: int
+    """Size of the dead letters (payload, error and ids) above which the oldest are deleted; 0: no cap."""
+
+
+@dataclass(frozen=True)
 class KVEntry:
     value: bytes
     revision: int
@@ -104,7 +118,9 @@ class Store(Protocol):
         ...
 
     async def ping(self) -> None:
-        """Raise ``StoreError`` when the state is unreachable (readiness)."""
+        """Raise ``StoreError`` when the state cannot be written (readiness: ``/readyz`` calls it with a
+        short timeout, so it must answer promptly, and prove what an event POST needs: that an append can
+        be stored now, not merely that a connection exists)."""
         ...
 
     # ---- outbox ------------------------------------------------------------------------------------
