@@ -146,7 +146,9 @@ ZOOM_TOKEN = "zoom-verification-canary-6b1e"
 def echo_request(request: CapturedRequest) -> Reply:
     """An endpoint that quotes the request line and head it received, as many gateways' 4xx pages do."""
     lines = "\n".join(f"{name}: {value}" for name, value in request.headers.items())
-    return Reply(400, body=f"unknown webhook; you sent:\n{request.method} {request.raw_path} HTTP/1.1\n{lines}")
+    return Reply(
+        400, body=f"unknown webhook; you sent:\n{request.method} {request.raw_path} HTTP/1.1\n{lines}"
+    )
 
 
 async def test_zoom_rewritten_address_is_masked_in_logs_and_events(

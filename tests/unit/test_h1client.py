@@ -16,6 +16,7 @@ from notification_controller.outbound.h1client import (
     H1Client,
     HostNotFound,
     InvalidRequest,
+    InvalidResponse,
     ServerDisconnectedError,
 )
 from tests.support.capture import mint_tls
@@ -273,3 +274,89 @@ async def test_large_bodies_and_an_early_answer(client: H1Client) -> None:
     assert (big[0], huge[0], after[0]) == (200, 413, 200)
     assert received == [3 << 20, 1]
     assert len(set(peers)) == 2  # the first connection carried the 3 MiB and the 8 MiB; a new one after
+
+
+async def test_idle_connections_are_reaped_by_a_timer_and_capped(client: H1Client) -> None:
+    """Issue 23 item 11: idle connections were closed only when next looked at, so 1,000 stayed open. Here
+    150 concurrent requests to 3 origins leave at most ``max_idle`` (40) open in all and ``max_idle_per_origin``
+    (30) per origin, as the servers see them; with no further request, every one is closed once idle for
+    ``idle_timeout`` (the servers see each close: no descriptor is left)."""
+    reaping = H1Client(idle_timeout=0.5, max_idle=40, max_idle_per_origin=30)
+    open_now = [0, 0, 0]
+
+    def server_for(index: int) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
+        async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            open_now[index] += 1
+            try:
+                while True:
+                    await read_request(reader)
+                    await asyncio.sleep(0.05)  # hold the connection so that the requests need many
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+                    await writer.drain()
+            except (asyncio.IncompleteReadError, ConnectionError):
+                pass
+            finally:
+                open_now[index] -= 1
+
+        return answer
+
+    servers = [await raw_server(server_for(i)) for i in range(3)]
+    try:
+
+        async def get(port: int) -> int:
+            status, _, _ = await reaping.request(
+                "GET", "http", "127.0.0.1", port, "/", {}, b"", body_limit=LIMIT
+            )
+            return status
+
+        statuses = await asyncio.gather(*(get(port) for _, port in servers for _ in range(50)))
+        assert statuses == [200] * 150
+        assert reaping.idle_connections <= 40
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 5
+        while sum(open_now) > 40 and loop.time() < deadline:
+            await asyncio.sleep(0.02)
+        assert sum(open_now) <= 40 and max(open_now) <= 30, open_now
+        assert sum(open_now) > 0  # not vacuous: connections were kept for reuse
+        started = loop.time()
+        while sum(open_now) and loop.time() < started + 5:  # no request from here on: only the timer
+            await asyncio.sleep(0.02)
+        assert open_now == [0, 0, 0], open_now
+        assert reaping.idle_connections == 0
+        assert loop.time() - started < 3
+    finally:
+        await reaping.close()
+        for server, _ in servers:
+            server.close()
+            await server.wait_closed()
+
+
+async def test_response_head_limits(client: H1Client) -> None:
+    """Issue 23 item 3, the parts the transport battery does not reach: a flood of interim answers is bounded
+    by the 1 MiB head budget of the exchange; a repeated field keeps its first value (nothing is joined)."""
+
+    async def interim_flood(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        for _ in range(4096):  # 4096 × 500 bytes = 2 MiB of 103 Early Hints, never a final answer
+            writer.write(b"HTTP/1.1 103 Early Hints\r\nLink: <" + b"l" * 460 + b">\r\n\r\n")
+            await writer.drain()
+            if writer.is_closing():
+                return
+        await asyncio.sleep(5)
+
+    async def repeated(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nX-R: first\r\nX-R: second\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        await reader.read()
+
+    server, port = await raw_server(interim_flood)
+    async with server:
+        with pytest.raises(InvalidResponse) as caught:
+            async with asyncio.timeout(4):
+                await client.request("GET", "http", "127.0.0.1", port, "/", {}, b"", body_limit=LIMIT)
+    assert caught.value.detail == "header section too large"
+    server, port = await raw_server(repeated)
+    async with server:
+        _, headers, _ = await client.request("GET", "http", "127.0.0.1", port, "/", {}, b"", body_limit=LIMIT)
+    assert headers["X-R"] == "first"
