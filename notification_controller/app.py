@@ -43,6 +43,7 @@ from .hooks import Hooks, load_hooks_config
 from .metrics import DeliveryMetrics, EventMetrics
 from .outbound import OutboundHTTP, RetryPolicy
 from .providers.tokens import TokenCache
+from .sandbox import SandboxPool
 from .server.events import EventEndpoint, EventServerSettings
 from .server.events import runner_kwargs as event_runner_kwargs
 from .server.health import create_health_app
@@ -141,6 +142,8 @@ class App:
             hooks=self.hooks.reconcile,
         )
         self.limiter = FixedWindowLimiter(s.events.rate_limit_interval, self.clock)
+        # tenant templates and CEL beyond the inline-safe subset: worker processes (issue 23), started lazily
+        self.sandbox = SandboxPool(s.sandbox, registry=self.registry)
         self.dispatcher = Dispatcher(
             self.store,
             self.cluster,
@@ -161,13 +164,16 @@ class App:
                 LabelCacheSettings.of(s.events),
                 clock=self.clock,
             ),
+            sandbox=self.sandbox,
         )
         self._durable()
         template_errors = self.metrics.template_errors
         # templates after the pre-dispatch hooks: a hook's changes reach the template (docs/templates.md)
         self.dispatcher.pre_send.append(
             TemplateStage(
-                lambda which: template_errors.labels(template=which).inc(), self.dispatcher.report.warn
+                lambda which: template_errors.labels(template=which).inc(),
+                self.dispatcher.report.warn,
+                self.sandbox,
             )
         )
         self._noise()
@@ -203,9 +209,13 @@ class App:
         store when there is one, else in this process's memory."""
         state: Store = self.state if self.state is not None else MemoryStore(clock=self.clock)
         self.noise = NoiseControl(
-            state, self.store, self.clock, self.dispatcher.enqueue, warn=self.dispatcher.report.warn
+            state, self.store, self.clock, self.dispatcher.enqueue,
+            warn=self.dispatcher.report.warn,
+            sandbox=self.sandbox,
         )
         self.dispatcher.pre_queue.extend(self.noise.pre_queue())
+        if self.state is not None:  # a durable store's POST never waits on a tenant's filter (issue 23)
+            self.dispatcher.pre_send.insert(0, AsyncStage("noise-filter-at-send", self.noise.filter_at_send))
         self.dispatcher.pre_send.append(AsyncStage("noise-thread", self.noise.thread))
         self.dispatcher.post_send.append(AfterStage("noise-thread-started", self.noise.thread_started))
 
@@ -247,11 +257,6 @@ class App:
             return False  # durable store down: a 202 could not be kept
         return self._serving and self.store.synced and not self._stopping
 
-    async def _probe_state(self) -> None:
-        """``/readyz``: the durable store can be written now (``Store.ping``; server/health.py bounds it)."""
-        assert self.state is not None
-        await self.state.ping()
-
     async def _serve(self, name: str, app: web.Application, addr: str) -> None:
         # Every listener gets the event server's connection limits (header/idle timeout, see server.events).
         options = event_runner_kwargs(EventServerSettings())
@@ -273,10 +278,10 @@ class App:
     async def start(self) -> None:
         s = self.settings
         await self.http.start()
+        self._tasks.append(asyncio.create_task(self.sandbox.run(), name="sandbox"))
         if self.state is not None:
             self._tasks.append(asyncio.create_task(self._open_state(), name="state-store"))
-        probe = self._probe_state if self.state is not None else None
-        await self._serve("health", create_health_app(self.ready, probe), s.server.health_addr)
+        await self._serve("health", create_health_app(self.ready), s.server.health_addr)
         await self._serve("metrics", create_metrics_app(self.registry), s.server.metrics_addr)
         if self._feeder is not None:
             with _no_gc(freeze=self._freeze_loaded):  # the first load builds objects that stay (issue 17)
@@ -312,6 +317,7 @@ class App:
             registry=self.registry,
             clock=self.clock,
             replay_store=self.state,
+            sandbox=self.sandbox,
             http=self.http,  # OIDC discovery goes out the one outbound path (proxies, TLS)
         )
 

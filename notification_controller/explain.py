@@ -245,6 +245,7 @@ class Explainer:
                 if isinstance(result, Drop):
                     verdict.reason = f"{rule.name}: {result.message or result.reason}"
                     return verdict
+                assert isinstance(result, Draft), "rules built without a sandbox evaluate in process"
                 draft = result
         except ControllerError as exc:
             verdict.reason = f"{rule.name}: {exc}"

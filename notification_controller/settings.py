@@ -322,6 +322,75 @@ class StoreSettings:
 
 
 @dataclass(frozen=True)
+class SandboxSettings:
+    """Worker processes for tenant expressions: templates, CEL filters (``notification_controller/sandbox``)."""
+
+    workers: int = opt(
+        2, "--sandbox-workers", "worker processes evaluating templates and CEL expressions", kind="int"
+    )
+    memory: int = opt(
+        256 * 1024 * 1024,
+        "--sandbox-memory-limit",
+        "address-space limit of one sandbox worker, in bytes (a worker idles at ~35 MB)",
+        kind="int",
+    )
+    timeout: float = opt(
+        0.5,
+        "--sandbox-timeout",
+        "wall time one template render or CEL evaluation may take before its worker is killed",
+        kind="duration",
+        show_default="500ms",
+    )
+    max_queue: int = opt(
+        1024, "--sandbox-max-queue", "expressions that may wait for a sandbox worker", kind="int"
+    )
+    per_namespace: int = opt(
+        64,
+        "--sandbox-max-queue-per-namespace",
+        "expressions of one namespace that may wait for a sandbox worker (served round-robin)",
+        kind="int",
+    )
+    quarantine: float = opt(
+        300.0,
+        "--sandbox-quarantine",
+        "how long an expression that overran (time, memory, crash) fails without a worker",
+        kind="duration",
+        show_default="5m",
+    )
+    quarantine_size: int = 4096
+    """Expressions remembered in quarantine (LRU)."""
+    start_timeout: float = 30.0
+    """Seconds a new worker may take to import Jinja2 and CEL (a loaded node: seconds)."""
+
+
+@dataclass(frozen=True)
+class NoiseControlSettings:
+    """Bounds of an Alert's noise-control state (docs/noise-control.md; events are unauthenticated)."""
+
+    state_retention: float = opt(
+        7 * 24 * 3600.0,
+        "--noise-state-retention",
+        "how long notifyOn: StateChange remembers an object's last notified severity (then it counts as "
+        "healthy again)",
+        kind="duration",
+        show_default="168h",
+    )
+    max_keys_per_alert: int = opt(
+        10_000,
+        "--noise-max-keys-per-alert",
+        "objects (threshold, state change) and distinct notifications (repeat) tracked per Alert; "
+        "beyond it events are notified without noise control and counted",
+        kind="int",
+    )
+    max_groups_per_alert: int = opt(
+        1_000,
+        "--noise-max-groups-per-alert",
+        "open groupBy groups per Alert; beyond it events of new groups are notified ungrouped and counted",
+        kind="int",
+    )
+
+
+@dataclass(frozen=True)
 class Settings:
     server: ServerSettings = field(default_factory=ServerSettings)
     events: EventSettings = field(default_factory=EventSettings)
@@ -331,6 +400,7 @@ class Settings:
     tokens: TokenCacheSettings = field(default_factory=TokenCacheSettings)
     log: LogSettings = field(default_factory=LogSettings)
     store: StoreSettings = field(default_factory=StoreSettings)
+    sandbox: SandboxSettings = field(default_factory=SandboxSettings)
     feature_gates: dict[str, bool] = opt(
         dict,
         "--feature-gates",

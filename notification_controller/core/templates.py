@@ -230,6 +230,9 @@ class _BoundedSandbox(ImmutableSandboxedEnvironment):
             raise TemplateError(f"'%' formatting with a width over {MAX_SEQUENCE} or '*'")
         if operator == "*" and (_too_big(left, right) or _too_big(right, left)):
             raise TemplateError(f"'*' would build more than {MAX_SEQUENCE} items")
+        if operator == "*" and isinstance(left, int) and isinstance(right, int):
+            if left.bit_length() + right.bit_length() > 8 * MAX_SEQUENCE:
+                raise TemplateError("'*' result too large")
         if operator == "**" and isinstance(left, int) and isinstance(right, int):
             if right > 0 and abs(left) > 1 and right * abs(left).bit_length() > MAX_SEQUENCE:
                 raise TemplateError("'**' result too large")

@@ -39,6 +39,7 @@ from ..outbound import IDEMPOTENCY_KEY, OutboundHTTP
 from ..providers.base import DeliveryContext
 from ..providers.identity import WorkloadIdentity
 from ..providers.tokens import TokenCache
+from ..sandbox import SandboxPool
 from ..settings import EventSettings, KubeSettings, Settings
 from ..store.base import Cluster, ObjectStore
 from .durable import DELIVERED, Outcome, Result
@@ -116,6 +117,7 @@ class Dispatcher:
         redactor: Redactor | None = None,
         tokens: TokenCache | None = None,
         labels: LabelCache | None = None,
+        sandbox: SandboxPool | None = None,
     ) -> None:
         self.store = store
         self.cluster = cluster
@@ -139,6 +141,7 @@ class Dispatcher:
             self.report.warn,
             no_cross_namespace_refs=s.no_cross_namespace_refs,
             object_level_workload_identity=s.object_level_workload_identity,
+            sandbox=sandbox,  # commitStatusExpr beyond the inline-safe subset (issue 23)
         )
         self.pre_queue: list[PreQueueStage] = [*self.rules, *pre_queue]
         self.pre_send: list[PreSendStage] = list(pre_send)

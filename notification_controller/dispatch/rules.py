@@ -14,13 +14,16 @@ records ``NotificationDispatchFailed`` on the Alert, as Flux does). In order:
 8. ``metadata``: the Alert's ``eventMetadata``/``summary`` merged into the event (conflicts warned);
 9. ``notifier``: the Provider's notifier can be built (cached per Provider/Secret version);
 10. ``commit-status-id``: ``spec.commitStatusExpr`` (CEL) or Flux's default id, for git Providers; it
-   travels with the notification, so the Provider's cached notifier is never rebuilt per event.
+   travels with the notification, so the Provider's cached notifier is never rebuilt per event. An
+   expression outside the inline-safe subset (``Expression.inline_safe``) is evaluated in the sandbox's
+   worker processes (``sandbox/``, issue 23): the rule then returns an awaitable.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from ..api.event import (
     EVENT_ANNOTATION_PREFIX,
@@ -33,6 +36,7 @@ from ..api.event import (
 from ..api.provider import CHANGE_REQUEST_TYPES, COMMIT_STATUS_TYPES, GENERIC_TYPES, Provider
 from ..core.metadata import combine_metadata
 from ..errors import ControllerError
+from ..sandbox import SandboxFailure, SandboxPool
 from ..store.base import ObjectStore
 from .model import Draft, Drop, DropReason
 from .notifiers import NotifierCache
@@ -44,9 +48,9 @@ Warn = Callable[..., None]
 @dataclass(frozen=True)
 class Rule:
     name: str
-    check: Callable[[Draft], Draft | Drop]
+    check: Callable[[Draft], Draft | Drop | Awaitable[Draft | Drop]]
 
-    def __call__(self, draft: Draft) -> Draft | Drop:
+    def __call__(self, draft: Draft) -> Draft | Drop | Awaitable[Draft | Drop]:
         return self.check(draft)
 
 
@@ -62,6 +66,7 @@ def flux_rules(
     *,
     no_cross_namespace_refs: bool,
     object_level_workload_identity: bool,
+    sandbox: SandboxPool | None = None,
 ) -> tuple[Rule, ...]:
     def cross_namespace(draft: Draft) -> Draft | Drop:
         obj, meta = draft.event.involved_object, draft.alert.metadata
@@ -150,11 +155,16 @@ def flux_rules(
         notifiers.get(_provider(draft))  # built (or found) now: a Provider that cannot work fails here
         return draft
 
-    def commit_status_id(draft: Draft) -> Draft | Drop:
+    def commit_status_id(draft: Draft) -> Draft | Drop | Awaitable[Draft | Drop]:
         p = _provider(draft)
         if p.spec.type not in COMMIT_STATUS_TYPES:
             return draft
-        return draft.with_commit_status(_commit_status_id(draft, p))
+        if not p.spec.commit_status_expr:
+            return draft.with_commit_status(_default_commit_status_id(draft, p))
+        program, activation = _commit_status_program(draft, p)
+        if sandbox is None or program.inline_safe:
+            return draft.with_commit_status(_evaluated(lambda: program.evaluate_string(activation)))
+        return _commit_status_in_sandbox(sandbox, draft, program, activation)
 
     return (
         Rule("cross-namespace", cross_namespace),
@@ -170,28 +180,63 @@ def flux_rules(
     )
 
 
-def _commit_status_id(draft: Draft, provider: Provider) -> str:
-    expr = provider.spec.commit_status_expr
-    event = draft.event
-    if not expr:
-        obj = event.involved_object
-        uid_head = provider.metadata.uid.split("-", 1)[0]
-        return f"{obj.kind}/{obj.name}/{uid_head}".lower()
-    from ..core.cel import CELError, OutputType, compile_expression
+def _default_commit_status_id(draft: Draft, provider: Provider) -> str:
+    obj = draft.event.involved_object
+    uid_head = provider.metadata.uid.split("-", 1)[0]
+    return f"{obj.kind}/{obj.name}/{uid_head}".lower()
+
+
+def _commit_status_program(draft: Draft, provider: Provider) -> tuple[Any, dict[str, Any]]:
+    """The compiled ``commitStatusExpr`` (cached by source) and its variables."""
+    from ..core.cel import OutputType, compile_expression
+
+    program = _evaluated(
+        lambda: compile_expression(
+            provider.spec.commit_status_expr or "",
+            variables=("event", "alert", "provider"),
+            output=OutputType.STRING,
+            strict_types=True,
+        )
+    )
+    activation = {
+        "event": draft.event.as_cel(),
+        "alert": draft.alert.model_dump(by_alias=True, mode="json"),
+        "provider": provider.model_dump(by_alias=True, mode="json"),
+    }
+    return program, activation
+
+
+def _evaluated(run: Callable[[], Any]) -> Any:
+    from ..core.cel import CELError
 
     try:
-        program = compile_expression(
-            expr, variables=("event", "alert", "provider"), output=OutputType.STRING, strict_types=True
-        )
-        return program.evaluate_string(
-            {
-                "event": event.as_cel(),
-                "alert": draft.alert.model_dump(by_alias=True, mode="json"),
-                "provider": provider.model_dump(by_alias=True, mode="json"),
-            }
-        )
+        return run()
     except CELError as exc:
-        raise ControllerError(
-            "failed to create commit status: failed to evaluate the spec.commitStatusExpr CEL expression "
-            f"for the event: {exc}"
-        ) from exc
+        raise _commit_status_error(exc) from exc
+
+
+def _commit_status_error(exc: Exception) -> ControllerError:
+    return ControllerError(
+        "failed to create commit status: failed to evaluate the spec.commitStatusExpr CEL expression "
+        f"for the event: {exc}"
+    )
+
+
+async def _commit_status_in_sandbox(
+    sandbox: SandboxPool, draft: Draft, program: Any, activation: dict[str, Any]
+) -> Draft | Drop:
+    from ..core.cel import CELError
+
+    try:
+        value = await sandbox.cel(
+            program,
+            activation,
+            namespace=draft.alert.metadata.namespace,
+            kind="commit_status",
+            strict_types=True,
+        )
+    except (CELError, SandboxFailure) as exc:
+        raise _commit_status_error(exc) from exc
+    if not isinstance(value, str):
+        raise _commit_status_error(TypeError("not a string"))
+    return draft.with_commit_status(value)

@@ -7,7 +7,12 @@ whole request body of a generic Provider (still signed for generic-hmac).
 
 A render that fails never loses the notification: the default message (or body) is sent, a Warning Event
 ``TemplateRenderFailed`` says why on the Alert, and ``notification_template_errors_total{template}`` counts
-it. Rendering is bounded (``core/templates.py``).
+it. Rendering is bounded (``core/templates.py``) and, in the controller, runs in the sandbox's worker
+processes (``sandbox/``: a wall timeout and an address-space limit; issue 23), so one tenant's template can
+neither freeze the event loop nor exhaust the controller's memory. A render the sandbox refuses (timeout,
+memory, quarantined, overload) takes the same path as a failed one: the default is sent, the Alert gets
+``TemplateRenderFailed``, and ``notification_sandbox_failures_total{kind="template",reason}`` counts it.
+Without a sandbox (unit tests, the ``explain`` command) the same bounded render runs in process.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from ..api.alert import Alert
 from ..api.provider import Provider
 from ..core.noise import OCCURRENCES
 from ..providers.message import Message
+from ..sandbox import SandboxFailure, SandboxPool
 from .model import Delivery, Drop
 
 log = logging.getLogger(__name__)
@@ -63,9 +69,15 @@ def variables(delivery: Delivery) -> dict[str, Any]:
 class TemplateStage:
     name = "template"
 
-    def __init__(self, counted: Callable[[str], None], warn: Callable[[Alert, str, str], None]) -> None:
+    def __init__(
+        self,
+        counted: Callable[[str], None],
+        warn: Callable[[Alert, str, str], None],
+        sandbox: SandboxPool | None = None,
+    ) -> None:
         self.counted = counted  # counted("title"|"message"|"body"): the error metric
         self.warn = warn
+        self.sandbox = sandbox
 
     async def __call__(self, delivery: Delivery) -> Delivery | Drop:
         template = delivery.alert.spec.template
@@ -75,8 +87,12 @@ class TemplateStage:
         values = variables(delivery)
         if template is not None and (template.title or template.message):
             base = delivery.message or Message.of(delivery.event)
-            title = self._render(delivery, "title", template.title, values) if template.title else None
-            text = self._render(delivery, "message", template.message, values) if template.message else None
+            title = await self._render(delivery, "title", template.title, values) if template.title else None
+            text = (
+                await self._render(delivery, "message", template.message, values)
+                if template.message
+                else None
+            )
             if title is not None or text is not None:
                 message = dataclasses.replace(
                     base,
@@ -85,12 +101,12 @@ class TemplateStage:
                 )
                 delivery = dataclasses.replace(delivery, message=message, templated=True)
         if body_source:
-            body = self._render(delivery, "body", body_source, values, limit=MAX_BODY_OUTPUT, json=True)
+            body = await self._render(delivery, "body", body_source, values, limit=MAX_BODY_OUTPUT, json=True)
             if body is not None:
                 delivery = dataclasses.replace(delivery, body=body.encode("utf-8"))
         return delivery
 
-    def _render(
+    async def _render(
         self,
         delivery: Delivery,
         which: str,
@@ -100,17 +116,26 @@ class TemplateStage:
         limit: int | None = None,
         json: bool = False,
     ) -> str | None:
-        from ..core.templates import TemplateError, render  # Jinja2 only once a template is used
+        from ..core.templates import MAX_MESSAGE_OUTPUT, TemplateError, render  # Jinja2 on first use
 
         try:
-            out = render(source, values, limit=limit) if limit else render(source, values)
+            if self.sandbox is not None:
+                out = await self.sandbox.render(
+                    source,
+                    values,
+                    namespace=delivery.alert.metadata.namespace,
+                    limit=limit or MAX_MESSAGE_OUTPUT,
+                    kind="body" if which == "body" else "template",
+                )
+            else:
+                out = render(source, values, limit=limit) if limit else render(source, values)
             if json:
                 try:
                     orjson.loads(out)
                 except orjson.JSONDecodeError as exc:
                     raise TemplateError(f"the rendered body is not valid JSON: {exc}") from None
             return out
-        except TemplateError as exc:
+        except (TemplateError, SandboxFailure) as exc:
             self.counted(which)
             field = "spec.bodyTemplate" if which == "body" else f"spec.template.{which}"
             owner = "Provider" if which == "body" else "Alert"

@@ -25,6 +25,7 @@ from ..core.clock import Clock
 from ..errors import ControllerError, VerificationError
 
 if TYPE_CHECKING:
+    from ..sandbox import SandboxPool
     from .oidc import OIDCClient
 
 TOKEN_KEY = "token"
@@ -141,6 +142,8 @@ class VerifyContext:
     clock: Clock
     oidc: OIDCClient | None = None
     gcr: GCRSettings = field(default_factory=GCRSettings)
+    sandbox: SandboxPool | None = None
+    """Where CEL beyond the inline-safe subset runs (generic-oidc claims); None: in process."""
 
     @property
     def token(self) -> bytes:

@@ -18,7 +18,9 @@ goes to the validated (namespace, name), not to whatever the answer says. A refu
 reference all end the same way — one error, no filter, no patch — so the answer (500) tells nothing about
 what exists.
 
-CEL is imported on the first expression (issue 17): a Receiver without filters never loads it.
+CEL is imported on the first expression (issue 17): a Receiver without filters never loads it. A filter
+outside the inline-safe subset (``Expression.inline_safe``) runs in the sandbox's worker processes
+(``sandbox/``, issue 23); a refusal there (timeout, memory, quarantine, overload) is that resource's error.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from .signatures import SignatureError, media_type
 
 if TYPE_CHECKING:
     from ..core.cel import Expression
+    from ..sandbox import SandboxPool
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +153,7 @@ class Trigger:
     clock: Clock
     no_cross_namespace_refs: bool = False
     kube_timeout: float = 10.0
+    sandbox: SandboxPool | None = None
 
     async def run(
         self,
@@ -256,6 +260,7 @@ class Trigger:
         label = f"{kind}/{name}.{ns}"
         if any(e is not None for e in exprs):
             from ..core.cel import CELError  # loaded already: the expressions were compiled with it
+            from ..sandbox import SandboxFailure
 
             activation: dict[str, Any] = {"res": obj, "req": req or {}}
             if claims is not None:
@@ -264,8 +269,17 @@ class Trigger:
                 if expr is None:
                     continue
                 try:
-                    accepted = expr.evaluate_bool(activation)
-                except CELError as exc:
+                    if self.sandbox is None:
+                        accepted = expr.evaluate_bool(activation)
+                    else:
+                        accepted = await self.sandbox.cel(
+                            expr, activation, namespace=receiver.metadata.namespace, kind="receiver_filter"
+                        )
+                        if not isinstance(accepted, bool):
+                            raise _TargetError(
+                                f"failed to evaluate resource filter for '{label}': not a bool"
+                            )
+                except (CELError, SandboxFailure) as exc:
                     raise _TargetError(f"failed to evaluate resource filter for '{label}': {exc}") from None
                 if not accepted:
                     log.info(

@@ -21,6 +21,13 @@ Order of checks (Flux's, plus the hardening marked *), one status code each, alw
 
 The webhook path is a credential: it is never logged above debug, nor used as a metric label; logs name the
 Receiver and the first 8 hex characters of the digest (``core.webhook.path_digest_prefix``).
+
+Malformed HTTP (a bad chunk size, ``Content-Length`` with ``Transfer-Encoding``, a bad header line) is
+answered 400 by aiohttp's parser before any handler runs, and aiohttp logs it with ``logger.exception``:
+anyone who reaches the port could fill the log at error level and page the operator. The runner is given
+``ProtocolErrorLog`` as its logger: such client mistakes are logged at debug only (path redacted) and
+counted as ``notification_receiver_requests_total{type="unknown",outcome="malformed"}``; anything else
+aiohttp reports (a bug) stays an error with its traceback.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import asyncio
 import contextlib
 import logging
 import re
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -50,6 +58,7 @@ from ..receivers.base import GCRSettings, HookRequest, RawHeaders, VerifyContext
 from ..receivers.guards import ReplayCache, SharedReplays, TokenBucket
 from ..receivers.oidc import OIDCClient
 from ..receivers.targets import FilterError, RequestBodyError, Trigger, compile_filters, request_value
+from ..sandbox import SandboxPool
 from ..settings import EventSettings, ReceiverSettings, Settings
 from ..state.base import Store
 from ..store.base import Cluster, ObjectStore
@@ -111,8 +120,10 @@ class HookPathFilter(logging.Filter):
     aiohttp's access log and its parser errors (``Error handling request`` with a traceback quoting the
     request line) print the raw path, which is the receiver's credential. This filter rewrites such records
     with the path reduced to its 8-character prefix; client protocol errors (a malformed request, a body
-    that cannot be decoded, found while aiohttp drains an unread body) lose their traceback, become WARNING,
-    and are limited to ``burst`` per ``window`` seconds so a flood cannot spam the log.
+    that cannot be decoded, found while aiohttp drains an unread body) that reach these loggers (a runner
+    without ``ProtocolErrorLog``) lose their traceback, become DEBUG (dropped unless the logger is enabled
+    for debug: never an error, which Flux's levels would print a WARNING as), and are limited to ``burst``
+    per ``window`` seconds so a flood cannot spam the log.
     """
 
     def __init__(self, *, burst: int = 10, window: float = 60.0) -> None:
@@ -130,6 +141,8 @@ class HookPathFilter(logging.Filter):
             message = str(record.msg)
         exc = record.exc_info[1] if record.exc_info else None
         if isinstance(exc, HttpProcessingError | web.RequestPayloadError):
+            if not logging.getLogger(record.name).isEnabledFor(logging.DEBUG):
+                return False  # the record was made at ERROR; as a client mistake it is debug only
             now = time.monotonic()
             if now - self._window_start > self.window:
                 self._window_start, self._count = now, 0
@@ -141,7 +154,7 @@ class HookPathFilter(logging.Filter):
             message = f"{message}: {type(exc).__name__}: {detail}"
             record.exc_info = None
             record.exc_text = None
-            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
         elif record.exc_info:
             record.exc_text = redact_hook_paths(logging.Formatter().formatException(record.exc_info))
             record.exc_info = None
@@ -161,9 +174,47 @@ def install_log_filters() -> None:
             logger.addFilter(HookPathFilter())
 
 
-def runner_kwargs(settings: ReceiverServerSettings) -> dict[str, Any]:
-    """Keyword arguments for ``web.AppRunner`` serving this app (no access log: it would print paths)."""
+class ProtocolErrorLog:
+    """The logger of aiohttp's request handler on the receiver port (``runner_kwargs(settings, app)``).
+
+    aiohttp calls ``exception()`` for what its parser refused (``HttpProcessingError``: bad chunk size,
+    ``Content-Length`` with ``Transfer-Encoding``, bad header...) and for a body that fails while it drains
+    it (``RequestPayloadError``): client mistakes, counted and logged at debug without traceback. Every
+    other ``exception()`` is a server-side failure and keeps aiohttp's error with traceback. Everything
+    else is passed to the wrapped logger (``aiohttp.server``, whose ``HookPathFilter`` redacts paths).
+    """
+
+    def __init__(self, metrics: ReceiverMetrics, logger: logging.Logger | None = None) -> None:
+        self._logger = logger or logging.getLogger("aiohttp.server")
+        self._malformed = metrics.requests.labels("unknown", "malformed")
+
+    def debug(self, msg: object, *args: object, **kwargs: Any) -> None:
+        self._logger.debug(msg, *args, **kwargs)
+
+    def exception(self, msg: object, *args: object, exc_info: Any = True, **kwargs: Any) -> None:
+        exc = exc_info if isinstance(exc_info, BaseException) else sys.exc_info()[1]
+        if not isinstance(exc, HttpProcessingError | web.RequestPayloadError):
+            self._logger.exception(msg, *args, exc_info=exc_info, **kwargs)
+            return
+        self._malformed.inc()
+        if self._logger.isEnabledFor(logging.DEBUG):
+            detail = exc.message if isinstance(exc, HttpProcessingError) else str(exc)
+            self._logger.debug(
+                "malformed request answered 400: %s: %s", type(exc).__name__, redact_hook_paths(str(detail))
+            )
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._logger, name)
+
+
+def runner_kwargs(settings: ReceiverServerSettings, app: web.Application | None = None) -> dict[str, Any]:
+    """Keyword arguments for ``web.AppRunner`` serving this app (no access log: it would print paths).
+    With the receiver ``app``, its malformed requests are counted and logged at debug (``ProtocolErrorLog``)."""
+    extra: dict[str, Any] = {}
+    if app is not None and SERVER_KEY in app:
+        extra["logger"] = ProtocolErrorLog(app[SERVER_KEY].metrics)
     return {
+        **extra,
         "access_log": None,
         "handler_cancellation": True,
         "max_line_size": settings.max_line_size,
@@ -250,7 +301,9 @@ class ReceiverServer:
         oidc: OIDCClient | None = None,
         replay_store: Store | None = None,
         http: OutboundHTTP | None = None,
+        sandbox: SandboxPool | None = None,
     ) -> None:
+        self.sandbox = sandbox  # resource filters and generic-oidc CEL beyond the inline-safe subset
         self.store = store
         self.settings = settings
         self.metrics = metrics
@@ -270,6 +323,7 @@ class ReceiverServer:
             clock,
             no_cross_namespace_refs=settings.no_cross_namespace_refs,
             kube_timeout=settings.kube_timeout,
+            sandbox=sandbox,
         )
 
     async def close(self) -> None:
@@ -385,6 +439,7 @@ class ReceiverServer:
             clock=self.clock,
             oidc=self.oidc,
             gcr=self.settings.gcr,
+            sandbox=self.sandbox,
         )
         try:
             verified = await registry.verify(hook_request, ctx)
@@ -483,6 +538,7 @@ def create_receiver_app(
     oidc: OIDCClient | None = None,
     replay_store: Store | None = None,
     http: OutboundHTTP | None = None,
+    sandbox: SandboxPool | None = None,
 ) -> web.Application:
     """Build the receiver app. ``metrics`` (or ``registry``) must not be the global default registry."""
     settings = settings or ReceiverServerSettings()
@@ -501,6 +557,7 @@ def create_receiver_app(
         oidc,
         replay_store=replay_store,
         http=http,
+        sandbox=sandbox,
     )
 
     async def close(_: web.Application) -> None:
