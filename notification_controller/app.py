@@ -186,7 +186,9 @@ class App:
         self.outbox: DurableOutbox | None = None
         self.shared_window: SharedDuplicateWindow | None = None
         self._state_open = False
-        backend = store_from_settings(s.store, clock=self.clock)
+        # the duplicate windows are named so that a store creates them at start, not on the first event
+        windows = (s.events.rate_limit_interval, s.receivers.replay_ttl)
+        backend = store_from_settings(s.store, clock=self.clock, windows=windows)
         if not backend.durable:
             return
         self.state = InstrumentedStore(backend, DeliveryMetrics(self.registry))
@@ -257,6 +259,14 @@ class App:
             return False  # durable store down: a 202 could not be kept
         return self._serving and self.store.synced and not self._stopping
 
+    def accepting(self) -> bool:
+        """Whether the event server takes events: ``ready`` without the store's last answer. A durable
+        store is asked by every event anyway (its failure is that event's 503), so one failed call during
+        a NATS leader election must not refuse the events after it until a background call succeeds."""
+        if self.state is not None and not self._state_open:
+            return False
+        return self._serving and self.store.synced and not self._stopping
+
     async def _serve(self, name: str, app: web.Application, addr: str) -> None:
         # Every listener gets the event server's connection limits (header/idle timeout, see server.events).
         options = event_runner_kwargs(EventServerSettings())
@@ -293,7 +303,7 @@ class App:
             self.dispatcher,
             self.limiter,
             self.metrics,
-            ready=self.ready,
+            ready=self.accepting,
             shared_window=self.shared_window,
             export_path_metrics=s.server.export_http_path_metrics,
         ).server()

@@ -4,7 +4,8 @@
 
 * ``memory`` — in this process only (Flux's at-most-once; the default);
 * ``sqlite:PATH[?synchronous=full|normal]`` — one replica, a durable file;
-* ``nats://HOST:PORT[,HOST:PORT...][?prefix=nc&replicas=3]`` — several replicas on NATS JetStream.
+* ``nats://HOST:PORT[,HOST:PORT...][?prefix=nc&replicas=N]`` — several replicas on NATS JetStream;
+  streams and buckets get N copies, by default as many as the cluster has servers (at most 5).
   Credentials never go in the URL (``--store`` is logged): pass them as ``NATSAuth`` (files mounted
   from a Secret).
 
@@ -14,6 +15,7 @@ See ``docs/delivery.md``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qs
 
@@ -65,8 +67,10 @@ def open_store(
     ack_wait: float = DEFAULT_ACK_WAIT,
     nats_auth: NATSAuth | None = None,
     retention: Retention | None = None,
+    windows: Sequence[float] = (),
 ) -> Store:
-    """The ``Store`` for ``url``, not started. Raises ``ConfigError`` for a URL it cannot use."""
+    """The ``Store`` for ``url``, not started. Raises ``ConfigError`` for a URL it cannot use.
+    ``windows``: the ``seen`` TTLs the caller will use, so a backend can create them at start."""
     url = url.strip()
     if url == "memory":
         from .memory import MemoryStore
@@ -97,18 +101,30 @@ def open_store(
         prefix = params.get("prefix", "nc")
         if not prefix.isidentifier() or not prefix.isascii():
             raise _bad(url, "prefix must be letters, digits and underscores")
-        replicas = params.get("replicas", "1")
-        if not replicas.isdigit() or not 1 <= int(replicas) <= 5:
+        replicas = params.get("replicas")  # default: the cluster's size, asked at start (state/nats.py)
+        if replicas is not None and (not replicas.isdigit() or not 1 <= int(replicas) <= 5):
             raise _bad(url, "replicas must be 1 to 5")
         from .nats import NATSStore
 
         return NATSStore(
-            servers, auth=nats_auth, prefix=prefix, replicas=int(replicas), ack_wait=ack_wait, clock=clock
+            servers,
+            auth=nats_auth,
+            prefix=prefix,
+            replicas=int(replicas) if replicas is not None else None,
+            windows=windows,
+            ack_wait=ack_wait,
+            clock=clock,
         )
     raise _bad(url, "unknown scheme")
 
 
-def store_from_settings(settings: StoreSettings, *, clock: Clock | None = None, retain: bool = True) -> Store:
+def store_from_settings(
+    settings: StoreSettings,
+    *,
+    clock: Clock | None = None,
+    windows: Sequence[float] = (),
+    retain: bool = True,
+) -> Store:
     """``open_store`` for the ``--store*`` flags; NATS credentials are read from their files here, once.
     ``retain=False`` (the ``dead-letters`` command): no retention sweep, whatever the defaults say."""
     retention = Retention(settings.dead_letter_max_age, settings.dead_letter_max_bytes) if retain else None
@@ -135,5 +151,10 @@ def store_from_settings(settings: StoreSettings, *, clock: Clock | None = None, 
             tls_key_file=str(settings.nats_tls_key) if settings.nats_tls_key else None,
         )
     return open_store(
-        settings.url, clock=clock, ack_wait=settings.ack_wait, nats_auth=nats_auth, retention=retention
+        settings.url,
+        clock=clock,
+        ack_wait=settings.ack_wait,
+        nats_auth=nats_auth,
+        windows=windows,
+        retention=retention,
     )

@@ -19,7 +19,9 @@ What it creates (idempotently, at ``start``; names shown with the default ``pref
     Other shared state (receiver replay ids, noise control). Each value carries its own expiry (the
     writer's clock, so replicas' clocks should agree within the TTLs used); the bucket TTL bounds the
     life of every key since its last write, so the bucket cannot grow without bound.
-``KV nc_seen_<ttl-ms>`` bucket per duplicate-window length (one in practice: ``--rate-limit-interval``).
+``KV nc_seen_<ttl-ms>`` bucket per duplicate-window length (``--rate-limit-interval`` and
+``--receiver-replay-ttl``, created at start: a replicated bucket created on the first event refused the
+first events of a fresh cluster while JetStream placed it).
     The duplicate window: ``seen`` is a KV ``create`` of sha256(key) — a server-side compare-and-set on
     "no revision yet", so exactly one replica wins — and the bucket TTL expires the key on the server.
     Chosen over ``Nats-Msg-Id`` de-duplication because the answer is per key and persisted (the server
@@ -31,7 +33,18 @@ outage) × (payload size ≈ 1–2 KiB + ~100 B of headers). One hour of a 50 no
 180 000 messages ≈ 300 MiB. Set ``max_bytes`` on the account or the stream (``outbox_max_bytes``): when
 full, appends fail and the event server answers 503 (the emitter retries) — nothing is dropped silently.
 ``NC_DEAD``: dead letters/s × ``dead_letter_max_age``. ``nc_seen_*``: distinct events within the window
-× ~150 B. ``replicas=3`` in a three-node JetStream cluster survives the loss of one node.
+× ~150 B.
+
+**Replicas (issue 23 item 10).** Every stream and bucket gets ``?replicas=N`` copies; without it, as many
+as the cluster has servers (the server's INFO on connect; at most 5; 1 on a single server), so the URL
+``config/ha`` ships gives R3 on a three-node cluster. R1 on a cluster put everything on one node: its loss
+refused every event until it came back, and its return with an empty disk lost what it held. A stream or
+bucket found with another count (an earlier version made R1) is updated at start (JetStream adds or
+removes the copies) with a warning; if JetStream refuses, ``start`` fails with an error saying so.
+With R3 a node's loss loses nothing accepted; while the new stream leader is elected (1.5–5 s with
+nats-server 2.9) appends and duplicate-window claims are retried for ``election_grace`` seconds (the
+retried append carries the same ``Nats-Msg-Id``, so it is stored once), and a failure is answered 503 for
+that event only: the next one asks JetStream again. ``ping`` (readiness) asks the outbox stream's leader.
 
 **Durability.** An append returns after the PubAck: the message is in the stream (with R3, on a quorum).
 nats-server writes to the OS at once and fsyncs every ``sync_interval`` (2 min by default): a process
@@ -48,9 +61,10 @@ import logging
 import ssl
 import struct
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import nats
 import nats.errors
@@ -66,6 +80,7 @@ from nats.js.api import (
     RetentionPolicy,
     StorageType,
     StreamConfig,
+    StreamInfo,
 )
 from nats.js.kv import KeyValue
 
@@ -80,6 +95,39 @@ DEFAULT_KV_MAX_AGE = 7 * 24 * 3600.0
 H_ID = "Nc-Id"
 H_ENQUEUED = "Nc-Enqueued"
 _EXPIRY = struct.Struct(">d")
+MAX_REPLICAS = 5
+"""JetStream's own limit on a stream's replicas."""
+DEFAULT_ELECTION_GRACE = 4.0
+"""Seconds an append or a duplicate-window claim is retried through a stream leader election (clustered
+JetStream only). nats-server 2.9 elected a new stream leader 1.5–3 s after the old one was SIGKILLed in
+``tests/integration/test_nats_cluster.py``; past this the caller answers 503 and the emitter retries."""
+ATTEMPT_TIMEOUT = 1.0
+"""Seconds one attempt waits for its answer inside that grace: a request sent to a leader that has just died
+is never answered, and waiting the whole ``timeout`` for it would use up the grace."""
+T = TypeVar("T")
+
+_RETRYABLE: tuple[type[BaseException], ...] = (
+    nats.errors.NoRespondersError,
+    nats.js.errors.NoStreamResponseError,  # no stream leader to answer (election under way)
+    nats.js.errors.ServiceUnavailableError,  # 503 "JetStream system temporarily unavailable"
+    nats.errors.TimeoutError,
+    TimeoutError,
+    nats.errors.ConnectionClosedError,
+    nats.errors.StaleConnectionError,
+    nats.errors.ConnectionReconnectingError,
+)
+
+
+def replicas_for(server_info: dict[str, Any]) -> int:
+    """The replica count to use when none is asked for: the size of the JetStream cluster the client is
+    connected to (the server's INFO: ``cluster`` is set on a clustered server, ``connect_urls`` lists every
+    member's client address, itself included), capped at ``MAX_REPLICAS``; 1 on a single server. A cluster
+    that does not advertise its members (``no_advertise``) is taken to have three: the usual size, and the
+    smallest that survives the loss of one node; a smaller one then refuses the streams loudly at start."""
+    if not server_info.get("cluster"):
+        return 1
+    members = len(set(server_info.get("connect_urls") or ()))
+    return max(1, min(members if members else 3, MAX_REPLICAS))
 
 
 def lane_token(provider: str) -> str:
@@ -124,7 +172,9 @@ class NATSStore:
         auth: NATSAuth | None = None,
         prefix: str = "nc",
         ack_wait: float = DEFAULT_ACK_WAIT,
-        replicas: int = 1,
+        replicas: int | None = None,
+        windows: Sequence[float] = (),
+        election_grace: float = DEFAULT_ELECTION_GRACE,
         dead_letter_max_age: float = DEFAULT_DEAD_LETTER_MAX_AGE,
         kv_max_age: float = DEFAULT_KV_MAX_AGE,
         outbox_max_bytes: int = -1,
@@ -134,10 +184,17 @@ class NATSStore:
     ) -> None:
         if not servers:
             raise ValueError("at least one NATS server is needed")
+        if replicas is not None and not 1 <= replicas <= MAX_REPLICAS:
+            raise ValueError(f"replicas must be 1 to {MAX_REPLICAS}")
         self.servers = list(servers)
         self.auth = auth or NATSAuth()
         self.ack_wait = ack_wait
-        self.replicas = replicas
+        self.requested_replicas = replicas
+        self.replicas = replicas or 1
+        """The replicas of every stream and bucket: as requested, else (after ``start``) the cluster's size."""
+        self.windows = tuple(windows)
+        self.election_grace = election_grace
+        self.clustered = False
         self.dead_letter_max_age = dead_letter_max_age
         self.kv_max_age = kv_max_age
         self.outbox_max_bytes = outbox_max_bytes
@@ -204,6 +261,10 @@ class NATSStore:
         nc.options["max_reconnect_attempts"] = -1  # from now on, ride out server restarts
         self._nc = nc
         self._js = nc.jetstream(timeout=self.timeout)
+        info = dict(nc._server_info or {})  # the INFO the server sent on connect (nats-py keeps it there)
+        self.clustered = bool(info.get("cluster"))
+        if self.requested_replicas is None:
+            self.replicas = replicas_for(info)
         try:
             async with self._guard("creating streams") as js:
                 await self._ensure_stream(
@@ -230,9 +291,20 @@ class NATSStore:
                     ),
                 )
                 self._state = await self._bucket(js, self.state_bucket, self.kv_max_age)
+                # Every duplicate window known at start is created now, not on the first event: creating a
+                # replicated bucket takes a placement round in the cluster, and the first events of a fresh
+                # cluster were refused while it ran.
+                for ttl in self.windows:
+                    if ttl > 0:
+                        await self._seen_bucket(js, ttl)
         except BaseException:
             await self.close()
             raise
+        log.info(
+            "nats store: streams and buckets ready with %d replica(s)%s",
+            self.replicas,
+            " (the cluster's size)" if self.requested_replicas is None and self.clustered else "",
+        )
 
     async def _on_error(self, exc: Exception) -> None:
         log.warning("nats store: %s: %s", type(exc).__name__, exc)  # one line, no traceback
@@ -246,21 +318,57 @@ class NATSStore:
         log.info("nats store: reconnected")
 
     async def _ensure_stream(self, js: JetStreamContext, config: StreamConfig) -> None:
+        """Create the stream, or bring an existing one to ``self.replicas``."""
         assert config.name is not None
         try:
-            await js.stream_info(config.name)
+            info = await js.stream_info(config.name)
         except nats.js.errors.NotFoundError:
-            await js.add_stream(config)
+            try:
+                await js.add_stream(config)
+            except nats.js.errors.BadRequestError as exc:  # e.g. more replicas than JetStream servers
+                raise StoreError(
+                    f"nats store: cannot create stream {config.name} with {self.replicas} replica(s): "
+                    f"{exc.description or exc}"
+                ) from exc
+            return
+        await self._scale(js, config.name, info)
+
+    async def _scale(self, js: JetStreamContext, name: str, info: StreamInfo) -> None:
+        """Bring an existing stream to ``self.replicas``: JetStream adds or removes the copies itself (a
+        stream left at R1 by an earlier version would otherwise stay on one node for ever). A stream
+        JetStream will not scale stops the start with an error that says how to fix it."""
+        have = info.config.num_replicas or 1
+        if have == self.replicas:
+            return
+        config = info.config
+        config.num_replicas = self.replicas
+        try:
+            await js.update_stream(config)
+        except nats.js.errors.BadRequestError as exc:
+            raise StoreError(
+                f"nats store: stream {name} has {have} replica(s), {self.replicas} wanted, and JetStream "
+                f"refused to change it: {exc.description or exc}; give the cluster enough JetStream "
+                f"servers, or put ?replicas={have} in --store to keep it as it is"
+            ) from exc
+        log.warning("nats store: stream %s had %d replica(s); updated to %d", name, have, self.replicas)
 
     async def _bucket(self, js: JetStreamContext, name: str, ttl: float) -> KeyValue:
         try:
-            return await js.key_value(name)
-        except nats.js.errors.BucketNotFoundError:
-            return await js.create_key_value(
-                KeyValueConfig(
-                    bucket=name, history=1, ttl=ttl, storage=StorageType.FILE, replicas=self.replicas
+            info = await js.stream_info(f"KV_{name}")  # a bucket is the stream KV_<name>
+        except nats.js.errors.NotFoundError:
+            try:
+                return await js.create_key_value(
+                    KeyValueConfig(
+                        bucket=name, history=1, ttl=ttl, storage=StorageType.FILE, replicas=self.replicas
+                    )
                 )
-            )
+            except nats.js.errors.BadRequestError as exc:
+                raise StoreError(
+                    f"nats store: cannot create bucket {name} with {self.replicas} replica(s): "
+                    f"{exc.description or exc}"
+                ) from exc
+        await self._scale(js, f"KV_{name}", info)
+        return await js.key_value(name)
 
     async def close(self) -> None:
         nc, self._nc, self._js, self._state = self._nc, None, None, None
@@ -272,24 +380,57 @@ class NATSStore:
                 await nc.close()
 
     async def ping(self) -> None:
+        """Readiness: the outbox stream answers its info request, which only its leader does in a
+        cluster, so this fails while the stream has no leader (the appends would fail too). One small
+        request; the stream's per-subject state is not asked for."""
         async with self._guard("ping") as js:
-            await js.account_info()
+            info = await js.stream_info(self.outbox_stream)
+            if self.clustered and (info.cluster is None or not info.cluster.leader):
+                raise StoreError(f"nats store: stream {self.outbox_stream} has no leader")
+
+    def _retryable(self, exc: StoreError) -> bool:
+        cause = exc.__cause__
+        if cause is None:  # _guard's "not connected": nats-py is moving to another node
+            return self._nc is not None and not self._nc.is_closed
+        return isinstance(cause, _RETRYABLE)
+
+    async def _retrying(self, what: str, attempt: Callable[[JetStreamContext], Awaitable[T]]) -> T:
+        """``attempt`` once on a single server. On a cluster, again after a leader election or a move to
+        another node, for up to ``election_grace`` seconds, each try bounded by ``ATTEMPT_TIMEOUT``; the
+        event is then answered 202 instead of 503 when the cluster recovers within the grace. ``attempt``
+        must be safe to repeat: an append carries ``Nats-Msg-Id`` (the stream keeps one copy within its
+        duplicate window, leader changes included), ``seen`` recognises its own earlier claim."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (self.election_grace if self.clustered else 0.0)
+        delay = 0.05
+        while True:
+            remaining = deadline - loop.time()
+            try:
+                async with self._guard(what) as js:
+                    if remaining <= 0:
+                        return await attempt(js)
+                    async with asyncio.timeout(min(self.timeout, max(ATTEMPT_TIMEOUT, remaining / 4))):
+                        return await attempt(js)
+            except StoreError as exc:
+                if loop.time() + delay >= deadline or not self._retryable(exc):
+                    raise
+                log.debug("nats store: %s: retrying: %s", what, exc)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.25)
 
     # ---- outbox ------------------------------------------------------------------------------------
     async def append(self, items: Sequence[NewItem]) -> None:
         now = repr(self._now())
-        async with self._guard("append") as js:
-            await asyncio.gather(
-                *(
-                    js.publish(
-                        f"{self.outbox_subject}.{lane_token(i.provider)}",
-                        i.payload,
-                        stream=self.outbox_stream,
-                        headers={"Nats-Msg-Id": i.id, H_ID: i.id, H_ENQUEUED: now},
-                    )
-                    for i in items
-                )
+
+        def publish(item: NewItem) -> Callable[[JetStreamContext], Awaitable[object]]:
+            return lambda js: js.publish(
+                f"{self.outbox_subject}.{lane_token(item.provider)}",
+                item.payload,
+                stream=self.outbox_stream,
+                headers={"Nats-Msg-Id": item.id, H_ID: item.id, H_ENQUEUED: now},
             )
+
+        await asyncio.gather(*(self._retrying("append", publish(i)) for i in items))
 
     async def _lane(self, js: JetStreamContext, provider: str) -> JetStreamContext.PullSubscription:
         sub = self._subs.get(provider)
@@ -471,18 +612,31 @@ class NATSStore:
         return bucket
 
     async def forget(self, key: str, ttl: float) -> None:
-        async with self._guard("duplicate window") as js:
-            bucket = await self._seen_bucket(js, ttl)
-            await bucket.delete(hashlib.sha256(key.encode()).hexdigest())
+        digest = hashlib.sha256(key.encode()).hexdigest()
+
+        async def attempt(js: JetStreamContext) -> None:
+            await (await self._seen_bucket(js, ttl)).delete(digest)
+
+        await self._retrying("duplicate window", attempt)
 
     async def seen(self, key: str, ttl: float) -> bool:
-        async with self._guard("duplicate window") as js:
+        digest = hashlib.sha256(key.encode()).hexdigest()
+        claim = uuid.uuid4().hex.encode()  # ours: a retry that finds it knows its earlier try won
+
+        async def attempt(js: JetStreamContext) -> bool:
             bucket = await self._seen_bucket(js, ttl)
-            try:
-                await bucket.create(hashlib.sha256(key.encode()).hexdigest(), b"")
-            except nats.js.errors.KeyWrongLastSequenceError:
-                return True
-            return False
+            for _ in range(2):
+                try:
+                    await bucket.create(digest, claim)
+                except nats.js.errors.KeyWrongLastSequenceError:
+                    try:
+                        return (await bucket.get(digest)).value != claim
+                    except nats.js.errors.KeyNotFoundError:
+                        continue  # expired or forgotten since: claim it again
+                return False
+            return True
+
+        return await self._retrying("duplicate window", attempt)
 
     @staticmethod
     def _key(key: str) -> str:
