@@ -273,7 +273,7 @@ class App:
         if name == "receiver":
             from .server.receivers import ReceiverServerSettings, runner_kwargs
 
-            options = runner_kwargs(ReceiverServerSettings())
+            options = runner_kwargs(ReceiverServerSettings(), app)  # malformed requests: counted, debug
         runner = web.AppRunner(app, shutdown_timeout=5.0, **options)
         await runner.setup()
         host, port = split_addr(addr)

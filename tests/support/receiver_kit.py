@@ -150,7 +150,7 @@ class Harness:
             self.store, self.cluster, settings=self.settings, metrics=self.registry, clock=self.clock
         )
         server = TestServer(self.app)
-        kwargs = runner_kwargs(self.settings)
+        kwargs = runner_kwargs(self.settings, self.app)  # with ProtocolErrorLog, as the App serves it
         kwargs.pop("handler_cancellation")  # TestServer always sets it
         if self.access_log:
             kwargs.pop("access_log")
