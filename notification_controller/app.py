@@ -255,16 +255,12 @@ class App:
         return not self.settings.local_mode and self._kube.lost.is_set()
 
     def ready(self) -> bool:
-        if self.state is not None and not (self._state_open and self.state.healthy):
-            return False  # durable store down: a 202 could not be kept
-        return self._serving and self.store.synced and not self._stopping
-
-    def accepting(self) -> bool:
-        """Whether the event server takes events: ``ready`` without the store's last answer. A durable
-        store is asked by every event anyway (its failure is that event's 503), so one failed call during
-        a NATS leader election must not refuse the events after it until a background call succeeds."""
+        """Serving, synced, not stopping, and the durable store opened. Not the store's last answer: every
+        event asks the store anyway (its failure is that event's 503) and /readyz probes it (``ping``); a
+        remembered failure refused events and kept the pod unready for seconds after JetStream had elected
+        a new leader (issue 23 item 10)."""
         if self.state is not None and not self._state_open:
-            return False
+            return False  # durable store not opened yet: a 202 could not be kept
         return self._serving and self.store.synced and not self._stopping
 
     async def _serve(self, name: str, app: web.Application, addr: str) -> None:
@@ -303,7 +299,7 @@ class App:
             self.dispatcher,
             self.limiter,
             self.metrics,
-            ready=self.accepting,
+            ready=self.ready,
             shared_window=self.shared_window,
             export_path_metrics=s.server.export_http_path_metrics,
         ).server()

@@ -1,9 +1,10 @@
 """A ``Store`` that measures another: duration and errors of every operation, and readiness.
 
 The dispatcher and the servers see this wrapper, never the backend directly, so every backend is measured
-the same way (``notification_store_operation_duration_seconds``, ``notification_store_errors_total``), and
-``healthy`` answers readiness without a round trip: it is False from the first failed operation until one
-succeeds again (``ping`` is one, and the health probe calls it when the store looks down).
+the same way (``notification_store_operation_duration_seconds``, ``notification_store_errors_total``).
+``healthy`` and ``last_error`` record the last answer for diagnostics only: readiness asks the store itself
+(``ping``), and the event server asks it with every event, because a remembered failure outlived a NATS
+leader election by seconds (issue 23 item 10).
 """
 
 from __future__ import annotations
