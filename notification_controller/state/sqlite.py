@@ -559,6 +559,7 @@ class _Writer:
         self._busy_ms = -1
         self._failing_since: float | None = None
         self._stop_seen = False
+        self._sweeping = False
 
     @property
     def alive(self) -> bool:
@@ -688,18 +689,18 @@ class _Writer:
         sweep_at = time.monotonic()  # a first sweep at once: a restart after a flood cleans up
         try:
             while not self._stop_seen:
+                if self.sweeper is not None and time.monotonic() >= sweep_at:
+                    self._sweep()
+                    sweep_at = time.monotonic() + self.sweep_interval
+                    continue
                 wait = None if self.sweeper is None else max(0.0, sweep_at - time.monotonic())
                 try:
                     first = self._queue.get(timeout=wait)
                 except queue.Empty:
-                    first = None
+                    continue
                 if first is _STOP:
                     return
-                if first is not None:
-                    self._serve(first)
-                if self.sweeper is not None and time.monotonic() >= sweep_at:
-                    self._sweep()
-                    sweep_at = time.monotonic() + self.sweep_interval
+                self._serve(first)
         finally:
             if self._conn is not None:
                 with contextlib.suppress(Exception):
@@ -754,7 +755,9 @@ class _Writer:
         if plain:
             self._commit(plain)
         for call in live:
-            if call.own:
+            if call.own and self._sweeping:  # asked for during a sweep's pause: after it, not inside it
+                self._queue.put(call)
+            elif call.own:
                 self._own(call)
 
     def _commit(self, calls: list[_Call]) -> None:
@@ -845,6 +848,14 @@ class _Writer:
         store call; it manages its own transactions on the writer's connection.)"""
         assert self.sweeper is not None
         del conn
+        self._sweeping = True
+        try:
+            return self._maintain()
+        finally:
+            self._sweeping = False
+
+    def _maintain(self) -> dict[str, int]:
+        assert self.sweeper is not None
         deleted: dict[str, int] = {}
         while True:
             counts, more = self._transaction(self.sweeper.delete_chunk)

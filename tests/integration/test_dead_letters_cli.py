@@ -151,3 +151,89 @@ def test_nats_credentials_come_from_files_never_the_url(tmp_path: Path) -> None:
         )
     with pytest.raises(ConfigError, match="credentials do not belong in the URL"):
         store_from_settings(StoreSettings(url="nats://nc:pw@127.0.0.1:4222"))
+
+
+HOSTILE = {
+    "name": "apps\x1b[2J\x1b[H\x07",  # clear screen, home, bell
+    "namespace": "team-a\r\x1b[32mall 3 dead letters replayed OK\x1b[0m",  # a fake line over the real one
+    "kind": "Kustomization\x9b31m\u202e",  # C1 CSI, a bidi override
+    "reason": "Failed\x00\x7f",
+    "error": "502 from provider: \x1b]0;pwned\x07\x1b[1A\u2028\x85",  # OSC title, cursor up, separators
+}
+
+
+async def _seed_hostile(path: Path) -> None:
+    payload = json.dumps(
+        {
+            "alert": {"namespace": "team-a", "name": "on-call"},
+            "event": {
+                "involvedObject": {
+                    "kind": HOSTILE["kind"],
+                    "namespace": HOSTILE["namespace"],
+                    "name": HOSTILE["name"],
+                },
+                "reason": HOSTILE["reason"],
+            },
+        }
+    ).encode()
+    store = open_store(f"sqlite:{path}")
+    await store.start()
+    try:
+        await store.append([NewItem("evil\x1b[8m", "team-a/slack", payload)])
+        lease = await store.lease("team-a/slack")
+        assert lease is not None
+        await store.dead_letter(lease, reason="permanent", error=HOSTILE["error"])
+    finally:
+        await store.close()
+
+
+LIST = [sys.executable, "-m", "notification_controller", "dead-letters", "list", "--store"]
+
+
+def _unsafe(text: str) -> list[str]:
+    """Characters a terminal acts on: C0 but newline, DEL, C1, bidi/format controls, line separators."""
+    return [
+        repr(ch)
+        for ch in text
+        if (ord(ch) < 0x20 and ch != "\n") or 0x7F <= ord(ch) <= 0x9F or ch in "\u202e\u2028\u2029"
+    ]
+
+
+async def test_list_escapes_terminal_control_sequences_from_events_and_providers(tmp_path: Path) -> None:
+    """Issue 23 item 12: event fields and the provider's answer reach an operator's terminal. The real
+    command, as a process: not one control byte on stdout, and every one shown as an escape."""
+    db = tmp_path / "nc.db"
+    await _seed_hostile(db)
+    for output in ("table", "json"):
+        done = await asyncio.to_thread(
+            subprocess.run,
+            [*LIST, f"sqlite:{db}", "-o", output],
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        text = done.stdout.decode("utf-8")  # strict: also proves no broken UTF-8 reached the terminal
+        assert _unsafe(text) == [], (output, _unsafe(text))
+        if output == "table":
+            assert len(text.splitlines()) == 2  # the header and one row: no injected line
+            for shown in (
+                r"\x1b[2J\x1b[H\x07",
+                r"team-a\r\x1b[32m",
+                r"\u009b31m\u202e",
+                r"evil\x1b[8m",
+                r"\u2028\u0085",
+            ):
+                assert shown in text, (shown, text)
+        else:
+            row = json.loads(text)[0]
+            assert row["object"] == f"{HOSTILE['kind']}/{HOSTILE['namespace']}/{HOSTILE['name']}"
+            assert row["eventReason"] == HOSTILE["reason"] and row["error"] == HOSTILE["error"]
+
+
+def test_escape_cell_keeps_text_and_escapes_only_what_a_terminal_acts_on() -> None:
+    from notification_controller.deadletters import escape_cell
+
+    assert escape_cell("flux-system/ünïcode apps") == "flux-system/ünïcode apps"
+    assert escape_cell("a\tb\nc\\d") == r"a\tb\nc\\d"  # the backslash too: an escape cannot be faked
+    assert escape_cell("\x1b\x9b\x7f\u200b\U000e0001") == r"\x1b\u009b\x7f\u200b\U000e0001"
