@@ -263,6 +263,11 @@ class App:
             return False  # durable store not opened yet: a 202 could not be kept
         return self._serving and self.store.synced and not self._stopping
 
+    async def _probe_state(self) -> None:
+        """``/readyz``: the durable store can be written now (``Store.ping``; server/health.py bounds it)."""
+        assert self.state is not None
+        await self.state.ping()
+
     async def _serve(self, name: str, app: web.Application, addr: str) -> None:
         # Every listener gets the event server's connection limits (header/idle timeout, see server.events).
         options = event_runner_kwargs(EventServerSettings())
@@ -287,7 +292,8 @@ class App:
         self._tasks.append(asyncio.create_task(self.sandbox.run(), name="sandbox"))
         if self.state is not None:
             self._tasks.append(asyncio.create_task(self._open_state(), name="state-store"))
-        await self._serve("health", create_health_app(self.ready), s.server.health_addr)
+        probe = self._probe_state if self.state is not None else None
+        await self._serve("health", create_health_app(self.ready, probe), s.server.health_addr)
         await self._serve("metrics", create_metrics_app(self.registry), s.server.metrics_addr)
         if self._feeder is not None:
             with _no_gc(freeze=self._freeze_loaded):  # the first load builds objects that stay (issue 17)
