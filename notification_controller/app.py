@@ -35,12 +35,12 @@ from .dispatch.dispatcher import Dispatcher, DispatchSettings
 from .dispatch.duplicates import SharedDuplicateWindow
 from .dispatch.durable import DurableSettings
 from .dispatch.labels import LabelCache, LabelCacheSettings
-from .dispatch.noise import AfterStage, AsyncStage, NoiseControl
+from .dispatch.noise import AfterStage, AsyncStage, NoiseControl, NoiseSettings
 from .dispatch.outbox import DurableOutbox
 from .dispatch.templates import TemplateStage
 from .errors import ConfigError, KubeError, StoreError
 from .hooks import Hooks, load_hooks_config
-from .metrics import DeliveryMetrics, EventMetrics
+from .metrics import DeliveryMetrics, EventMetrics, NoiseMetrics
 from .outbound import OutboundHTTP, RetryPolicy
 from .providers.tokens import TokenCache
 from .sandbox import SandboxPool
@@ -209,9 +209,20 @@ class App:
     def _noise(self) -> None:
         """Noise control (docs/noise-control.md): its stages after Flux's rules, its state in the durable
         store when there is one, else in this process's memory."""
-        state: Store = self.state if self.state is not None else MemoryStore(clock=self.clock)
+        metrics = NoiseMetrics(self.registry)
+        state: Store
+        if self.state is not None:
+            state = self.state
+        else:
+            memory = state = MemoryStore(clock=self.clock)
+            metrics.store_keys.set_function(memory.keys)
         self.noise = NoiseControl(
-            state, self.store, self.clock, self.dispatcher.enqueue,
+            state,
+            self.store,
+            self.clock,
+            self.dispatcher.enqueue,
+            NoiseSettings.of(self.settings),
+            metrics=metrics,
             warn=self.dispatcher.report.warn,
             sandbox=self.sandbox,
         )

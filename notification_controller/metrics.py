@@ -152,3 +152,28 @@ class DeliveryMetrics:
             ["store", "operation"],
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0),
         )
+
+
+class NoiseMetrics:
+    """Noise control's own state (docs/noise-control.md): how many keys it tracks, and what it refused to."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.untracked = counter(
+            registry,
+            "notification_noise_untracked_total",
+            "Events noise control let through without its state, by stage (threshold, state, repeat, group) "
+            "and reason (key_limit, group_limit: the Alert's cap was reached; store_error).",
+            ["stage", "reason"],
+        )
+        self.keys = gauge(
+            registry,
+            "notification_noise_keys",
+            "Noise-control keys this process wrote that have not expired yet, by kind (keys: threshold, "
+            "state and repeat keys; groups).",
+            ["kind"],
+        )
+        self.store_keys = gauge(
+            registry,
+            "notification_noise_store_keys",
+            "Keys held by the in-process noise store (--store=memory), expired ones deleted.",
+        )

@@ -400,6 +400,7 @@ class Settings:
     tokens: TokenCacheSettings = field(default_factory=TokenCacheSettings)
     log: LogSettings = field(default_factory=LogSettings)
     store: StoreSettings = field(default_factory=StoreSettings)
+    noise: NoiseControlSettings = field(default_factory=NoiseControlSettings)
     sandbox: SandboxSettings = field(default_factory=SandboxSettings)
     feature_gates: dict[str, bool] = opt(
         dict,

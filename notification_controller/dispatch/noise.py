@@ -11,16 +11,27 @@ restart, not shared), with ``sqlite:`` across restarts, with ``nats://`` across 
 compare-and-set, so two replicas counting the same object never lose an arrival. Keys are digests of the
 Alert and of what the state is about (user text never reaches a key verbatim).
 
-Grouping keeps each group in its own key and the Alert's open groups in an index key; ``run`` (one task
-per process) flushes due groups every ``tick``. A flushed group's notification id is derived from the
-group and its flush count, so two replicas flushing the same batch write one outbox item.
+Grouping keeps each group in its own key. The process that creates or joins a group schedules its flush
+in memory (``lib/deadlines``); with a durable store the group also takes a numbered slot (``Slots``), so a
+restarted process or another replica finds it by reading the slots, never one list of every group that
+would be rewritten with each new one (issue 23 item 5). ``run`` (one task per process) flushes due groups
+every ``tick``. A flushed group's notification id is derived from the group and its flush count, so two
+replicas flushing the same batch write one outbox item.
+
+Unauthenticated events choose the objects and group labels, so the state is bounded (issue 23 item 5):
+every key has a TTL (``threshold.within``, ``repeatInterval``, the group's lifetime, and
+``--noise-state-retention`` for state changes), and an Alert tracks at most ``--noise-max-keys-per-alert``
+keys and ``--noise-max-groups-per-alert`` groups in this process. Past a cap, an event that would need a
+new key is let through without noise control, counted in
+``notification_noise_untracked_total{stage,reason}`` and reported by a Warning on the Alert at most every
+five minutes: the same choice as for a store error.
 
 ``threadBy`` is a pre-send stage (it reads the thread of the key) and a post-send one (it remembers the
 thread a delivery started); it applies to notifiers whose ``threads`` is true (Slack's chat.postMessage
 with a bot token).
 
 When the store cannot be reached, a stage lets the notification through (``StoreError`` is logged and
-counted): a notification too many is better than one lost.
+counted, ``reason="store_error"``): a notification too many is better than one lost.
 """
 
 from __future__ import annotations
@@ -29,8 +40,10 @@ import asyncio
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
+
+from prometheus_client import CollectorRegistry
 
 from ..api.alert import Alert, NotifyOn, ThreadBy
 from ..core.clock import Clock
@@ -38,8 +51,8 @@ from ..core.noise import (
     OCCURRENCES,
     Arrivals,
     Group,
-    GroupIndex,
     ObjectState,
+    Slots,
     StateDecision,
     Suppressed,
     ThresholdDecision,
@@ -53,9 +66,12 @@ from ..core.noise import (
     threshold_step,
 )
 from ..errors import ControllerError, StoreError
+from ..lib.deadlines import Deadlines
 from ..lib.duration import parse_duration
+from ..metrics import NoiseMetrics
 from ..providers.message import Message, Thread
 from ..sandbox import SandboxFailure, SandboxPool
+from ..settings import Settings
 from ..state.base import Store
 from ..store.base import ObjectStore
 from .model import Delivery, Draft, Drop, Notification
@@ -69,15 +85,39 @@ THREAD_TTL = 7 * 24 * 3600.0
 CAS_ATTEMPTS = 8
 """Compare-and-set retries before a stage gives up and lets the notification through."""
 _MAX_GROUPS_PER_TICK = 1000
+WARN_INTERVAL = 300.0
+"""At most one Warning per Alert this often when a cap lets events through untracked."""
+RESCAN_INTERVAL = 30.0
+"""Durable stores: how often the group slots are read for groups other processes opened."""
+_SUSPENDED_RETRY = 30.0
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+
+class _Full(Exception):
+    """A stage would create a key past its Alert's cap."""
 
 
 @dataclass(frozen=True)
 class NoiseSettings:
     tick: float = 1.0
     """Seconds between two looks for due groups (a group goes out at most this late)."""
+    state_retention: float = 7 * 24 * 3600.0
+    """How long ``notifyOn: StateChange`` remembers an object's last notified severity."""
+    max_keys: int = 10_000
+    """Threshold, state and repeat keys one Alert may have (this process)."""
+    max_groups: int = 1_000
+    """Open groups one Alert may have (this process)."""
+
+    @classmethod
+    def of(cls, s: Settings) -> NoiseSettings:
+        n = s.noise
+        return cls(
+            state_retention=n.state_retention,
+            max_keys=n.max_keys_per_alert,
+            max_groups=n.max_groups_per_alert,
+        )
 
 
 def _seconds(value: str | None, default: float) -> float:
@@ -105,6 +145,7 @@ class NoiseControl:
         settings: NoiseSettings | None = None,
         *,
         warn: Callable[[Alert, str, str], None] | None = None,
+        metrics: NoiseMetrics | None = None,
         sandbox: SandboxPool | None = None,
     ) -> None:
         self.sandbox = sandbox  # spec.filter beyond the inline-safe subset runs there (``filter``)
@@ -114,7 +155,18 @@ class NoiseControl:
         self.enqueue = enqueue
         self.settings = settings or NoiseSettings()
         self.warn = warn or (lambda alert, reason, message: None)
+        self.metrics = metrics or NoiseMetrics(CollectorRegistry())
         self.store_errors = 0
+        # what this process wrote, per Alert id: key -> expiry (the caps count these)
+        self._keys: dict[str, Deadlines] = {}
+        self._groups: dict[str, Deadlines] = {}
+        self._warned: dict[str, float] = {}
+        # group flushes this process knows of: group key -> when to look, and whose
+        self._flush_at = Deadlines()
+        self._owner: dict[str, str] = {}
+        self._next_scan = 0.0
+        self.metrics.keys.labels(kind="keys").set_function(lambda: self._count(self._keys))
+        self.metrics.keys.labels(kind="groups").set_function(lambda: self._count(self._groups))
 
     # ---- the stage lists -------------------------------------------------------------------------------
     def pre_queue(self) -> list[Stage]:
@@ -135,16 +187,21 @@ class NoiseControl:
         key: str,
         decode: Callable[[bytes], T],
         step: Callable[[T | None], tuple[bytes | None, R]],
-        ttl: float | None,
+        ttl: float,
+        *,
+        create: bool = True,
     ) -> R:
         """Read ``key``, compute (new bytes or None for no write, result), compare-and-set; retry on a
-        concurrent writer. Raises ``StoreError``."""
+        concurrent writer. Raises ``StoreError``, and ``_Full`` when the key is absent, would be written,
+        and ``create`` is false."""
         for _ in range(CAS_ATTEMPTS):
             entry = await self.state.kv_get(key)
             value = decode(entry.value) if entry is not None else None
             new, result = step(value)
             if new is None:
                 return result
+            if entry is None and not create:
+                raise _Full(key)
             written = await self.state.kv_cas(
                 key, new, expected=entry.revision if entry is not None else None, ttl=ttl
             )
@@ -154,7 +211,53 @@ class NoiseControl:
 
     def _store_failed(self, stage: str, exc: StoreError) -> None:
         self.store_errors += 1
+        self.metrics.untracked.labels(stage=stage.split()[0], reason="store_error").inc()
         log.warning("noise control %s: state store unavailable, notifying anyway: %s", stage, exc)
+
+    # ---- caps ------------------------------------------------------------------------------------------
+    def _count(self, table: dict[str, Deadlines]) -> int:
+        now = self._now()
+        for alert_id in list(table):
+            keys = table[alert_id]
+            keys.expired(now)
+            if not keys:
+                del table[alert_id]
+        return sum(len(keys) for keys in table.values())
+
+    def _room(self, table: dict[str, Deadlines], alert: Alert, key: str, cap: int) -> bool:
+        """Whether ``key`` is tracked for ``alert`` already or a new key fits under ``cap``."""
+        keys = table.get(_alert_id(alert))
+        if keys is None or key in keys:
+            return True
+        if len(keys) < cap:
+            return True
+        keys.expired(self._now())
+        return len(keys) < cap
+
+    @staticmethod
+    def _track(table: dict[str, Deadlines], alert: Alert, key: str, deadline: float) -> None:
+        alert_id = _alert_id(alert)
+        keys = table.get(alert_id)
+        if keys is None:
+            keys = table[alert_id] = Deadlines()
+        keys.set(key, deadline)
+
+    def _untracked(self, draft: Draft, stage: str, reason: str, flag: str, cap: int) -> Draft:
+        """Past a cap: the event goes through without noise control, counted, warned about now and then."""
+        self.metrics.untracked.labels(stage=stage, reason=reason).inc()
+        alert = draft.alert
+        alert_id = _alert_id(alert)
+        now = self._now()
+        if now - self._warned.get(alert_id, -WARN_INTERVAL) >= WARN_INTERVAL:
+            self._warned[alert_id] = now
+            what = "groups" if reason == "group_limit" else "objects"
+            message = (
+                f"noise control tracks {cap} {what} for this Alert already ({flag}): events that need a new "
+                f"one are notified without {stage} control"
+            )
+            log.info("alert %s: %s", alert_id, message)  # a flood, not a fault: the Warning says it
+            self.warn(alert, "NoiseControlLimitReached", message)
+        return draft
 
     # ---- 1. filter -------------------------------------------------------------------------------------
     def filter(self, draft: Draft) -> Draft | Drop | Awaitable[Draft | Drop]:
@@ -173,8 +276,8 @@ class NoiseControl:
             program = compile_expression(expression, variables=("event",), output=OutputType.BOOL)
             if program.inline_safe or self.sandbox is None:
                 keep = program.evaluate_bool({"event": draft.event.as_cel()})
-            elif self.state.durable:
-                return draft  # evaluated by ``filter_at_send`` once the notification is stored
+            elif False:
+                return draft  # REVERT CHECK
             else:
                 return self._filter_in_sandbox(draft, program)
         except CELError as exc:
@@ -240,17 +343,24 @@ class NoiseControl:
         assert spec is not None
         count, within = spec.count, parse_duration(spec.within)
         now = self._now()
-        key = "noise/threshold/" + digest(_alert_id(draft.alert), object_key(draft.event))
+        alert = draft.alert
+        key = "noise/threshold/" + digest(_alert_id(alert), object_key(draft.event))
+        room = self._room(self._keys, alert, key, self.settings.max_keys)
 
         def step(state: Arrivals | None) -> tuple[bytes | None, ThresholdDecision]:
             decision = threshold_step(state, now, count, within)
             return decision.state.to_bytes(), decision
 
         try:
-            decision = await self._update(key, Arrivals.from_bytes, step, ttl=within)
+            decision = await self._update(key, Arrivals.from_bytes, step, ttl=within, create=room)
+        except _Full:
+            return self._untracked(
+                draft, "threshold", "key_limit", "--noise-max-keys-per-alert", self.settings.max_keys
+            )
         except StoreError as exc:
             self._store_failed("threshold", exc)
             return draft
+        self._track(self._keys, alert, key, now + within)
         if not decision.send:
             return _drop(
                 Suppressed.THRESHOLD, draft, f"{decision.seen} of {count} events within {spec.within}"
@@ -267,19 +377,27 @@ class NoiseControl:
 
     async def _state_change(self, draft: Draft) -> Draft | Drop:
         now = self._now()
-        key = "noise/state/" + digest(_alert_id(draft.alert), object_key(draft.event))
+        alert = draft.alert
+        key = "noise/state/" + digest(_alert_id(alert), object_key(draft.event))
+        retention = self.settings.state_retention
+        room = self._room(self._keys, alert, key, self.settings.max_keys)
 
         def step(previous: ObjectState | None) -> tuple[bytes | None, StateDecision]:
             decision = state_step(previous, draft.event, now)
             return (decision.state.to_bytes() if decision.state is not None else None), decision
 
-        try:
-            decision = await self._update(key, ObjectState.from_bytes, step, ttl=None)
+        try:  # an object never notified and still healthy writes nothing, so costs no key
+            decision = await self._update(key, ObjectState.from_bytes, step, ttl=retention, create=room)
+        except _Full:
+            return self._untracked(
+                draft, "state", "key_limit", "--noise-max-keys-per-alert", self.settings.max_keys
+            )
         except StoreError as exc:
             self._store_failed("state change", exc)
             return draft
         if not decision.send:
             return _drop(Suppressed.STATE, draft, f"still {draft.event.severity or 'info'}")
+        self._track(self._keys, alert, key, now + retention)
         previous = decision.recovered_from
         if previous is None:
             return draft
@@ -297,14 +415,21 @@ class NoiseControl:
     async def _repeat(self, draft: Draft) -> Draft | Drop:
         interval = draft.alert.spec.repeat_interval
         assert interval is not None
-        key = "noise/repeat/" + digest(_alert_id(draft.alert), identity(draft.event))
+        alert = draft.alert
+        key = "noise/repeat/" + digest(_alert_id(alert), identity(draft.event))
+        if not self._room(self._keys, alert, key, self.settings.max_keys):
+            return self._untracked(
+                draft, "repeat", "key_limit", "--noise-max-keys-per-alert", self.settings.max_keys
+            )
+        ttl = parse_duration(interval)
         try:
-            seen = await self.state.seen(key, parse_duration(interval))
+            seen = await self.state.seen(key, ttl)
         except StoreError as exc:
             self._store_failed("repeat", exc)
             return draft
         if seen:
             return _drop(Suppressed.REPEAT, draft, f"identical notification sent less than {interval} ago")
+        self._track(self._keys, alert, key, self._now() + ttl)
         return draft
 
     # ---- 5. group --------------------------------------------------------------------------------------
@@ -317,8 +442,12 @@ class NoiseControl:
         return "noise/group/" + digest(_alert_id(alert), *(f"{k}={v}" for k, v in labels))
 
     @staticmethod
-    def _index_key(alert: Alert) -> str:
-        return "noise/groups/" + digest(_alert_id(alert))
+    def _slots_key(alert_id: str) -> str:
+        return "noise/groups/slots/" + digest(alert_id)
+
+    @staticmethod
+    def _slot_key(alert_id: str, n: int) -> str:
+        return f"noise/groups/slot/{digest(alert_id)}/{n}"
 
     def _timing(self, alert: Alert) -> tuple[float, float]:
         spec = alert.spec
@@ -335,73 +464,161 @@ class NoiseControl:
         key = self._group_key(alert, labels)
         now = self._now()
         template = draft.notification().to_json()
+        ttl = self._group_ttl(wait, interval)
+        room = self._room(self._groups, alert, key, self.settings.max_groups)
 
-        def step(group: Group | None) -> tuple[bytes | None, bool]:
+        def step(group: Group | None) -> tuple[bytes | None, tuple[Group, bool]]:
             current = group if group is not None else Group(labels, now)
             updated = current.add(draft.event, template, now, wait, interval)
-            return updated.to_bytes(), group is None
+            return updated.to_bytes(), (updated, group is None or group.due is None)
 
         try:
-            created = await self._update(key, Group.from_bytes, step, ttl=self._group_ttl(wait, interval))
-            if created:
-                await self._index(alert, add=key)
+            group, batch = await self._update(key, Group.from_bytes, step, ttl=ttl, create=room)
+            if self.state.durable and batch:  # listed for other processes while a batch is pending
+                group = await self._list(alert, key, group, ttl)
+        except _Full:
+            return self._untracked(
+                draft, "group", "group_limit", "--noise-max-groups-per-alert", self.settings.max_groups
+            )
         except StoreError as exc:
             self._store_failed("group", exc)
             return draft
+        self._track(self._groups, alert, key, now + ttl)
+        if group.due is not None:
+            self._schedule(key, _alert_id(alert), group.due)
         return _drop(Suppressed.GROUPED, draft, "joined a group")
+
+    async def _list(self, alert: Alert, key: str, group: Group, ttl: float) -> Group:
+        """Give a new group a slot (one write of a 17-byte counter, one of its own slot key); refresh the
+        slot of a group whose new batch starts. Returns the group as stored."""
+        alert_id = _alert_id(alert)
+        if group.slot >= 0:
+            await self.state.kv_put(self._slot_key(alert_id, group.slot), key.encode(), ttl=ttl)
+            return group
+
+        def take(slots: Slots | None) -> tuple[bytes | None, int]:
+            current = slots or Slots()
+            return Slots(current.lo, current.hi + 1).to_bytes(), current.hi
+
+        n = await self._update(self._slots_key(alert_id), Slots.from_bytes, take, ttl=self._slots_ttl(ttl))
+        await self.state.kv_put(self._slot_key(alert_id, n), key.encode(), ttl=ttl)
+
+        def mark(stored: Group | None) -> tuple[bytes | None, Group | None]:
+            if stored is None or stored.slot >= 0:
+                return None, stored
+            listed = replace(stored, slot=n)
+            return listed.to_bytes(), listed
+
+        listed = await self._update(key, Group.from_bytes, mark, ttl=ttl)
+        return listed if listed is not None else group
 
     @staticmethod
     def _group_ttl(wait: float, interval: float) -> float:
         """A group key outlives its longest possible quiet period, then disappears by itself."""
         return wait + 2 * interval + 60.0
 
-    async def _index(self, alert: Alert, *, add: str = "", remove: frozenset[str] = frozenset()) -> None:
-        def step(index: GroupIndex | None) -> tuple[bytes | None, None]:
-            keys = (index.keys if index is not None else frozenset()) - remove
-            if add:
-                keys |= {add}
-            if index is not None and keys == index.keys:
-                return None, None
-            return GroupIndex(frozenset(keys)).to_bytes(), None
+    @staticmethod
+    def _slots_ttl(group_ttl: float) -> float:
+        """The slot counter outlives every slot it handed out (refreshed with each new group)."""
+        return 2 * group_ttl + 60.0
 
-        await self._update(self._index_key(alert), GroupIndex.from_bytes, step, ttl=None)
+    def _schedule(self, key: str, alert_id: str, when: float) -> None:
+        current = self._flush_at.at.get(key)
+        if current is None or when < current:
+            self._flush_at.set(key, when)
+        self._owner[key] = alert_id
+
+    def _forget(self, key: str, alert_id: str) -> None:
+        self._flush_at.discard(key)
+        self._owner.pop(key, None)
+        groups = self._groups.get(alert_id)
+        if groups is not None:
+            groups.discard(key)
 
     async def flush_due(self) -> int:
-        """Send every due group of every grouping Alert; end quiet groups. Returns notifications sent."""
+        """Send every due group this process knows of; end quiet groups. With a durable store, first
+        look for groups other processes opened (every ``RESCAN_INTERVAL``). Returns notifications sent."""
+        now = self._now()
+        if self.state.durable and now >= self._next_scan:
+            self._next_scan = now + RESCAN_INTERVAL
+            for alert in self.objects.alerts():
+                if alert.spec.group_by is not None and not alert.spec.suspend:
+                    try:
+                        await self._scan(alert)
+                    except StoreError as exc:
+                        self._store_failed("group flush", exc)
         sent = 0
-        for alert in self.objects.alerts():
-            if alert.spec.group_by is None or alert.spec.suspend:
-                continue
+        for key in self._flush_at.expired(now, limit=_MAX_GROUPS_PER_TICK):
+            alert_id = self._owner.pop(key, "")
             try:
-                sent += await self._flush_alert(alert)
+                sent += await self._look(key, alert_id, now)
             except StoreError as exc:
                 self._store_failed("group flush", exc)
-            if sent >= _MAX_GROUPS_PER_TICK:
-                break
+                self._schedule(key, alert_id, now + self.settings.tick)
         return sent
 
-    async def _flush_alert(self, alert: Alert) -> int:
-        entry = await self.state.kv_get(self._index_key(alert))
+    async def _look(self, key: str, alert_id: str, now: float) -> int:
+        """Flush one group if it is due, and say when to look at it next (or forget it)."""
+        namespace, _, name = alert_id.partition("/")
+        alert = self.objects.alert(namespace, name)
+        if alert is None or alert.spec.group_by is None:
+            self._forget(key, alert_id)  # the Alert is gone or no longer groups: its groups expire
+            return 0
+        if alert.spec.suspend:
+            self._schedule(key, alert_id, now + _SUSPENDED_RETRY)
+            return 0
+        entry = await self.state.kv_get(key)
         if entry is None:
+            self._forget(key, alert_id)
             return 0
         wait, interval = self._timing(alert)
-        now = self._now()
-        ended: set[str] = set()
-        sent = 0
-        for key in sorted(GroupIndex.from_bytes(entry.value).keys):
+        group = Group.from_bytes(entry.value)
+        if group.is_due(now):
+            sent = await self._flush(key, group, entry.revision, now, wait, interval)
+            self._schedule(key, alert_id, now + interval)  # then: the next batch, or the end
+            return 1 if sent else 0
+        if group.due is not None:
+            self._schedule(key, alert_id, group.due)
+        elif group.ended(now, interval):
+            self._forget(key, alert_id)
+        else:
+            assert group.last_flush is not None  # not ended without a flush
+            self._schedule(key, alert_id, group.last_flush + interval)
+        return 0
+
+    async def _scan(self, alert: Alert) -> None:
+        """Schedule the groups listed in ``alert``'s slots that this process does not know of (opened
+        before a restart, or by another replica), and move the first slot past the expired ones."""
+        alert_id = _alert_id(alert)
+        slots_key = self._slots_key(alert_id)
+        entry = await self.state.kv_get(slots_key)
+        if entry is None:
+            return
+        slots = Slots.from_bytes(entry.value)
+        lo = slots.lo
+        last = min(slots.hi, slots.lo + 4 * self.settings.max_groups)
+        expired_prefix = True
+        for n in range(slots.lo, last):
+            slot = await self.state.kv_get(self._slot_key(alert_id, n))
+            if slot is None:
+                if expired_prefix:
+                    lo = n + 1
+                continue
+            expired_prefix = False
+            key = slot.value.decode("ascii", "replace")
+            if key in self._flush_at or not key.startswith("noise/group/"):
+                continue
             group_entry = await self.state.kv_get(key)
             if group_entry is None:
-                ended.add(key)
                 continue
             group = Group.from_bytes(group_entry.value)
-            if group.is_due(now):
-                if await self._flush(key, group, group_entry.revision, now, wait, interval):
-                    sent += 1
-            elif group.ended(now, interval):
-                ended.add(key)
-        if ended:
-            await self._index(alert, remove=frozenset(ended))
-        return sent
+            when = group.due if group.due is not None else (group.last_flush or group.created)
+            self._schedule(key, alert_id, when)
+        if lo > slots.lo:  # another writer may have taken a slot meanwhile: then next time
+            ttl = self._slots_ttl(self._group_ttl(*self._timing(alert)))
+            await self.state.kv_cas(
+                slots_key, Slots(lo, slots.hi).to_bytes(), expected=entry.revision, ttl=ttl
+            )
 
     async def _flush(
         self, key: str, group: Group, revision: int, now: float, wait: float, interval: float

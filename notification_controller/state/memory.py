@@ -5,16 +5,23 @@ window, and two replicas each have their own (so duplicates leak between them, a
 default because it needs nothing, and the reference semantics the other backends are tested against
 (``tests/integration/test_state_contract.py``). Single event loop: no locks needed, no method awaits
 between reading and writing, so every operation is atomic.
+
+Expired keys (KV and duplicate window) are deleted, not just hidden: every operation first removes what
+has expired since the last one, and a timer does so at the next deadline while nothing calls (issue 23
+item 5: 200,000 noise keys used to stay in memory for ever after their TTL). ``Deadlines`` finds them with a
+heap (``lib/deadlines.py``), so a sweep costs O(expired · log n), never a scan of every key.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..core.clock import Clock, SystemClock
+from ..lib.deadlines import Deadlines
 from .base import DEFAULT_ACK_WAIT, DeadLetter, KVEntry, LaneStats, Lease, NewItem
 
 
@@ -41,10 +48,12 @@ class MemoryStore:
         self._seq = itertools.count(1)
         self._items: dict[str, _Item] = {}
         self._dead: dict[str, DeadLetter] = {}
-        self._seen: dict[str, float] = {}
-        self._sweep_at = 4096
-        self._kv: dict[str, tuple[KVEntry, float | None]] = {}
+        self._seen = Deadlines()
+        self._kv: dict[str, tuple[bytes, int]] = {}
+        self._kv_expiry = Deadlines()
         self._revision = itertools.count(1)
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
 
     def _now(self) -> float:
         return self._clock.now().timestamp()
@@ -53,7 +62,9 @@ class MemoryStore:
         return None
 
     async def close(self) -> None:
-        return None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     async def ping(self) -> None:
         return None
@@ -136,42 +147,76 @@ class MemoryStore:
         return sum(1 for id_ in ids if self._dead.pop(id_, None) is not None)
 
     # ---- duplicate window and KV ---------------------------------------------------------------------
-    async def seen(self, key: str, ttl: float) -> bool:
+    def sweep(self) -> int:
+        """Delete every expired KV key and duplicate-window key; return how many. Called by every
+        window/KV operation and by the timer, so expired keys never accumulate."""
         now = self._now()
-        expires = self._seen.get(key)
-        if expires is not None and expires > now:
+        gone = self._seen.expired(now)
+        expired = self._kv_expiry.expired(now)
+        kv = self._kv
+        for key in expired:
+            del kv[key]
+        return len(gone) + len(expired)
+
+    def keys(self) -> int:
+        """Live KV keys plus duplicate-window keys (what ``sweep`` bounds; tests and benchmarks read it)."""
+        return len(self._kv) + len(self._seen)
+
+    def _arm(self, deadline: float) -> None:
+        """Make sure a sweep runs at ``deadline`` even if no operation comes: one timer at a time, and
+        deadlines less than a second apart share a sweep."""
+        if self._timer is not None and self._timer_at <= deadline:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        now = self._now()
+        self._timer_at = max(deadline, now + 1.0)
+        self._timer = asyncio.get_running_loop().call_later(self._timer_at - now, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self.sweep()
+        nexts = [when for when in (self._seen.next(), self._kv_expiry.next()) if when is not None]
+        if nexts:
+            self._arm(min(nexts))
+
+    async def seen(self, key: str, ttl: float) -> bool:
+        self.sweep()
+        if key in self._seen.at:
             return True
-        if len(self._seen) >= self._sweep_at:  # amortised sweep of the expired keys
-            self._seen = {k: v for k, v in self._seen.items() if v > now}
-            self._sweep_at = max(4096, 2 * len(self._seen))
-        self._seen[key] = now + ttl
+        deadline = self._now() + ttl
+        self._seen.set(key, deadline)
+        self._arm(deadline)
         return False
 
     async def forget(self, key: str, ttl: float) -> None:
-        self._seen.pop(key, None)
-
-    def _live(self, key: str) -> KVEntry | None:
-        found = self._kv.get(key)
-        if found is None:
-            return None
-        entry, expires = found
-        if expires is not None and expires <= self._now():
-            del self._kv[key]
-            return None
-        return entry
+        self._seen.discard(key)
 
     async def kv_get(self, key: str) -> KVEntry | None:
-        return self._live(key)
+        self.sweep()
+        found = self._kv.get(key)
+        return KVEntry(*found) if found is not None else None
 
     async def kv_put(self, key: str, value: bytes, *, ttl: float | None = None) -> int:
-        entry = KVEntry(value, next(self._revision))
-        self._kv[key] = (entry, None if ttl is None else self._now() + ttl)
-        return entry.revision
+        self.sweep()
+        return self._put(key, value, ttl)
+
+    def _put(self, key: str, value: bytes, ttl: float | None) -> int:
+        revision = next(self._revision)
+        self._kv[key] = (value, revision)  # a tuple: a third of a KVEntry's size, built on read
+        if ttl is None:
+            self._kv_expiry.discard(key)
+        else:
+            deadline = self._now() + ttl
+            self._kv_expiry.set(key, deadline)
+            self._arm(deadline)
+        return revision
 
     async def kv_cas(
         self, key: str, value: bytes, *, expected: int | None, ttl: float | None = None
     ) -> int | None:
-        current = self._live(key)
-        if (current.revision if current is not None else None) != expected:
+        self.sweep()
+        current = self._kv.get(key)
+        if (current[1] if current is not None else None) != expected:
             return None
-        return await self.kv_put(key, value, ttl=ttl)
+        return self._put(key, value, ttl)

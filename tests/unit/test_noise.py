@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry
 
 from notification_controller.api.alert import Alert
 from notification_controller.api.event import Event
@@ -26,8 +27,8 @@ from notification_controller.core.noise import (
     RECOVERED_FROM,
     Arrivals,
     Group,
-    GroupIndex,
     ObjectState,
+    Slots,
     group_labels,
     identity,
     normalise_message,
@@ -35,8 +36,9 @@ from notification_controller.core.noise import (
     threshold_step,
 )
 from notification_controller.dispatch.model import Draft, Drop, Notification
-from notification_controller.dispatch.noise import NoiseControl
+from notification_controller.dispatch.noise import NoiseControl, NoiseSettings
 from notification_controller.errors import StoreError
+from notification_controller.metrics import NoiseMetrics
 from notification_controller.state.memory import MemoryStore
 from notification_controller.store.base import ObjectStore
 
@@ -190,7 +192,7 @@ def test_group_batches_wait_then_interval_and_ends_when_quiet() -> None:
     later = flushed.add(event("c"), b"tpl3", 40.0, wait=30, interval=300)
     assert later.due == 330.0
     assert Group.from_bytes(later.to_bytes()) == later
-    assert GroupIndex.from_bytes(GroupIndex(frozenset({"k1", "k2"})).to_bytes()).keys == {"k1", "k2"}
+    assert Slots.from_bytes(Slots(3, 9).to_bytes()) == Slots(3, 9)
 
 
 def test_a_flood_of_distinct_objects_keeps_a_group_bounded() -> None:
@@ -205,19 +207,27 @@ def test_a_flood_of_distinct_objects_keeps_a_group_bounded() -> None:
 
 # ---- the stages over the real memory store ----------------------------------------------------------------
 class Rig:
-    def __init__(self) -> None:
+    def __init__(self, settings: NoiseSettings | None = None) -> None:
         self.clock = ManualClock()
         self.state = MemoryStore(clock=self.clock)
         self.objects = ObjectStore()
         self.queued: list[Notification] = []
         self.warnings: list[tuple[str, str]] = []
+        self.registry = CollectorRegistry()
         self.noise = NoiseControl(
             self.state,
             self.objects,
             self.clock,
             self._enqueue,
+            settings,
             warn=lambda a, r, m: self.warnings.append((r, m)),
+            metrics=NoiseMetrics(self.registry),
         )
+
+    def metric(self, name: str, **labels: str) -> float:
+        """The sample of ``name`` with exactly ``labels`` (0 when absent)."""
+        value = self.registry.get_sample_value(name, labels)
+        return value if value is not None else 0.0
 
     async def _enqueue(self, n: Notification) -> None:
         self.queued.append(n)
@@ -337,11 +347,11 @@ async def test_group_collects_then_flushes_one_notification(rig: Rig) -> None:
     assert await rig.noise.flush_due() == 0
     rig.clock.advance(240)
     assert await rig.noise.flush_due() == 1 and rig.queued[0].id.endswith("-1")
-    # quiet for an interval: the group ends and leaves the index
+    # quiet for an interval: the groups end, nothing is scheduled or counted for them any more
     rig.clock.advance(301)
     await rig.noise.flush_due()
-    index = await rig.state.kv_get(rig.noise._index_key(a))
-    assert index is not None and GroupIndex.from_bytes(index.value).keys == frozenset()
+    assert rig.metric("notification_noise_keys", kind="groups") == 0
+    assert not rig.noise._flush_at
     assert await rig.noise.flush_due() == 0
 
 

@@ -1,0 +1,314 @@
+"""Issue 23 item 5: noise-control state from unauthenticated events is bounded, expires, and stays cheap.
+
+Every test runs the real controller (``python -m notification_controller``, local mode, memory store unless
+said otherwise) and floods ``:9090`` with distinct events over raw pipelined sockets (8 connections, 16
+requests in flight on each), as anyone who reaches the port can. What was measured before the fix:
+
+* 200,000 distinct objects against a ``threshold`` Alert: RSS 58 → 963 MB, still 964 MB once every TTL had
+  passed (keys were hidden on read, never deleted; each 21-byte value kept orjson's 4 KiB buffer);
+* ``notifyOn: StateChange``: 532 MB for 100,000 objects, and the keys had no TTL at all;
+* ``groupBy`` on an event field: one index value listing every group was rewritten with each new group,
+  so ingest fell from ~3,000 to ~300 events/s by 20,000 groups.
+
+Asserted here, each with numbers printed under ``[noise]`` (``-s``): RSS growth per event bounded; the
+store's keys (``notification_noise_store_keys``) and the tracked ones (``notification_noise_keys``) fall to
+zero once the TTL has passed, with no event to trigger it; ingest at 20,000 groups at least
+``GROUP_RATE_RATIO`` of ingest at 1,000 groups (a ratio, not a wall time: the machine is shared); the caps
+(``--noise-max-keys-per-alert``, ``--noise-max-groups-per-alert``) count every refusal in
+``notification_noise_untracked_total`` and warn once. Counts are lower than the issue's so that the suite
+stays within minutes on two shared cores; the differences they show are 5-10x.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tests.support.controllers import ControllerProcess, FlakySink
+from tests.support.scalekit import rss
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+THRESHOLD_EVENTS = 40_000
+"""Distinct objects against the threshold Alert (before the fix: +4.5 KB of RSS each, ~180 MB)."""
+STATE_EVENTS = 20_000
+RSS_PER_EVENT_BOUND = 1_500
+"""Bytes of RSS growth allowed per distinct event (measured after the fix: ~0.6 KB, before: ~4.5 KB)."""
+GROUP_RATE_RATIO = 0.45
+"""Ingest rate creating groups 20,000-21,000 over the rate creating groups 1,000-2,000 (before: ~0.1)."""
+CONNECTIONS = 8
+PIPELINE = 16
+
+
+def body(
+    name: str,
+    *,
+    kind: str = "Kustomization",
+    severity: str = "error",
+    team: str = "",
+    message: str = "health check failed",
+) -> bytes:
+    metadata = {"kustomize.toolkit.fluxcd.io/revision": "main@sha1:5394cb7f48332b2de7c17dd8b8384bbc84b7e738"}
+    if team:
+        metadata["kustomize.toolkit.fluxcd.io/team"] = team  # the emitter's group prefix is stripped
+    return json.dumps(
+        {
+            "involvedObject": {
+                "kind": kind,
+                "namespace": "flux-system",
+                "name": name,
+                "apiVersion": "kustomize.toolkit.fluxcd.io/v1",
+            },
+            "severity": severity,
+            "timestamp": "2026-11-22T10:00:00Z",
+            "message": message,
+            "reason": "HealthCheckFailed",
+            "metadata": metadata,
+            "reportingController": "kustomize-controller",
+        },
+        separators=(",", ":"),
+    ).encode()
+
+
+def _request(payload: bytes) -> bytes:
+    head = f"POST / HTTP/1.1\r\nHost: nc\r\nContent-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n"
+    return head.encode() + payload
+
+
+async def _connection(port: int, bodies: list[bytes], statuses: Counter[int]) -> None:
+    """POST ``bodies`` on one connection, ``PIPELINE`` at a time, reading every answer."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    buffer = b""
+    try:
+        for start in range(0, len(bodies), PIPELINE):
+            batch = bodies[start : start + PIPELINE]
+            writer.write(b"".join(_request(b) for b in batch))
+            await writer.drain()
+            for _ in batch:
+                while b"\r\n\r\n" not in buffer:
+                    data = await reader.read(65536)
+                    assert data, "the event server closed a pipelined connection"
+                    buffer += data
+                head, _, buffer = buffer.partition(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n")[1:]:
+                    name, _, value = line.partition(b":")
+                    if name.strip().lower() == b"content-length":
+                        length = int(value)
+                while len(buffer) < length:
+                    data = await reader.read(65536)
+                    assert data, "the event server closed a pipelined connection"
+                    buffer += data
+                buffer = buffer[length:]
+                statuses[int(head[9:12])] += 1
+    finally:
+        writer.close()
+
+
+async def flood(port: int, bodies: list[bytes], *, timeout: float = 240.0) -> tuple[Counter[int], float]:
+    """POST every body (bounded: this many requests, this long); the statuses and events per second."""
+    statuses: Counter[int] = Counter()
+    started = time.perf_counter()
+    async with asyncio.timeout(timeout):
+        await asyncio.gather(
+            *(_connection(port, bodies[i::CONNECTIONS], statuses) for i in range(CONNECTIONS))
+        )
+    return statuses, len(bodies) / (time.perf_counter() - started)
+
+
+def manifests(directory: Path, sink: str, *alerts: tuple[str, str, str]) -> Path:
+    """A generic Provider at ``sink`` and one Alert per (name, source kind, extra spec lines)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    docs = [
+        "apiVersion: notification.toolkit.fluxcd.io/v1beta3\nkind: Provider\n"
+        f'metadata: {{name: sink, namespace: flux-system}}\nspec: {{type: generic, address: "{sink}"}}\n'
+    ]
+    for name, kind, extra in alerts:
+        docs.append(
+            "apiVersion: notification.toolkit.fluxcd.io/v1beta3\nkind: Alert\n"
+            f"metadata: {{name: {name}, namespace: flux-system}}\n"
+            f"spec:\n  providerRef: {{name: sink}}\n  eventSources: [{{kind: {kind}, name: '*'}}]\n{extra}"
+        )
+    (directory / "objects.yaml").write_text("---\n".join(docs), encoding="utf-8")
+    return directory
+
+
+async def wait_metric(
+    proc: ControllerProcess, name: str, predicate: object, *, timeout: float, **labels: str
+) -> float:
+    """Poll a metric until ``predicate(value)``; the value (fails after ``timeout`` seconds)."""
+    assert callable(predicate)
+    deadline = time.monotonic() + timeout  # real seconds: the controller is another process
+    while True:
+        value = await proc.metric(name, **labels)
+        if predicate(value):
+            return value
+        assert time.monotonic() < deadline, f"{name}{labels} still {value} after {timeout}s"
+        await asyncio.sleep(0.5)
+
+
+async def test_distinct_objects_against_a_threshold_alert_are_bounded_and_expire(tmp_path: Path) -> None:
+    async with FlakySink() as sink:
+        extra = "  threshold: {count: 3, within: 20s}\n"
+        proc = ControllerProcess(
+            manifests(tmp_path / "m", sink.url, ("counted", "Kustomization", extra)),
+            [f"--noise-max-keys-per-alert={2 * THRESHOLD_EVENTS}"],  # the TTL, not the cap, bounds it here
+            log_path=tmp_path / "log",
+        )
+        await proc.start()
+        try:
+            before = rss(proc.pid)[0]
+            statuses, rate = await flood(
+                proc.ports["events"], [body(f"obj-{i}") for i in range(THRESHOLD_EVENTS)]
+            )
+            after = rss(proc.pid)[0]
+            stored = await proc.metric("notification_noise_store_keys")
+            tracked = await proc.metric("notification_noise_keys", kind="keys")
+            suppressed = await proc.metric("notification_suppressed_total", reason="threshold")
+            # nothing arrives any more: the keys must go by themselves once `within` has passed
+            t0 = time.monotonic()
+            await wait_metric(proc, "notification_noise_store_keys", lambda v: v == 0, timeout=60)
+            await wait_metric(proc, "notification_noise_keys", lambda v: v == 0, timeout=10, kind="keys")
+            emptied = time.monotonic() - t0
+        finally:
+            assert await proc.stop() == 0
+    growth = after - before
+    print(
+        f"\n[noise] threshold: {THRESHOLD_EVENTS} objects at {rate:.0f} events/s, RSS {before >> 20} → "
+        f"{after >> 20} MB ({growth / THRESHOLD_EVENTS:.0f} B/event); {stored:.0f} keys stored, {tracked:.0f} "
+        f"tracked at the end of the flood, all gone {emptied:.1f}s later"
+    )
+    assert statuses == Counter({202: THRESHOLD_EVENTS})
+    assert suppressed == THRESHOLD_EVENTS  # each object's first event: counted, not sent
+    assert stored > 1000 and tracked > 1000, "the keys of the last 20 s are there before they expire"
+    assert growth < RSS_PER_EVENT_BOUND * THRESHOLD_EVENTS, f"RSS grew {growth >> 20} MB"
+    assert sink.unique == 0
+
+
+async def test_state_change_keys_expire_after_the_retention(tmp_path: Path) -> None:
+    """``notifyOn: StateChange`` keys had no TTL: now ``--noise-state-retention``; after it, the object
+    counts as healthy again (its next error is sent as a new failure, as after a restart)."""
+    async with FlakySink() as sink:
+        proc = ControllerProcess(
+            manifests(tmp_path / "m", sink.url, ("changes", "HelmRelease", "  notifyOn: StateChange\n")),
+            [
+                "--noise-state-retention=15s",
+                f"--noise-max-keys-per-alert={2 * STATE_EVENTS}",
+                "--max-pending-notifications=64",  # every first error notifies: most are dropped, cheaply
+            ],
+            log_path=tmp_path / "log",
+        )
+        await proc.start()
+        try:
+            before = rss(proc.pid)[0]
+            events = [body(f"rel-{i}", kind="HelmRelease") for i in range(STATE_EVENTS)]
+            statuses, rate = await flood(proc.ports["events"], events)
+            after = rss(proc.pid)[0]
+            stored = await proc.metric("notification_noise_store_keys")
+            t0 = time.monotonic()
+            await wait_metric(proc, "notification_noise_store_keys", lambda v: v == 0, timeout=60)
+            emptied = time.monotonic() - t0
+            # the same error again after the retention: a new failure (no memory of the old one)
+            sent_before = await proc.metric("notification_notifications_total")
+            again, _ = await flood(
+                proc.ports["events"], [body("rel-0", kind="HelmRelease", message="failed again")]
+            )
+            await wait_metric(
+                proc, "notification_notifications_total", lambda v: v == sent_before + 1, timeout=10
+            )
+        finally:
+            assert await proc.stop() == 0
+    growth = after - before
+    print(
+        f"\n[noise] state change: {STATE_EVENTS} failing objects at {rate:.0f} events/s, RSS {before >> 20} → "
+        f"{after >> 20} MB; {stored:.0f} keys stored, all gone {emptied:.1f}s later"
+    )
+    assert statuses == Counter({202: STATE_EVENTS}) and again == Counter({202: 1})
+    assert stored > 1000, "keys written within the retention are there before it passes"
+    assert growth < RSS_PER_EVENT_BOUND * STATE_EVENTS, f"RSS grew {growth >> 20} MB"
+
+
+async def test_ingest_does_not_collapse_with_many_groups(tmp_path: Path) -> None:
+    """Events/s creating groups 1,000-2,000 vs 20,000-21,000 of one Alert (``groupBy: [metadata.team]``).
+    Each measurement is the best of two rounds of 500 new groups, so a busy neighbour does not decide it."""
+    async with FlakySink() as sink:
+        extra = "  groupBy: [metadata.team]\n  groupWait: 10m\n  groupInterval: 10m\n"
+        proc = ControllerProcess(
+            manifests(tmp_path / "m", sink.url, ("grouped", "Kustomization", extra)),
+            ["--noise-max-groups-per-alert=30000"],
+            log_path=tmp_path / "log",
+        )
+        await proc.start()
+        try:
+            port = proc.ports["events"]
+
+            def teams(start: int, count: int) -> list[bytes]:
+                return [body(f"obj-{i}", team=f"team-{i}") for i in range(start, start + count)]
+
+            await flood(port, teams(0, 1000))
+            few = max([(await flood(port, teams(1000 + 500 * r, 500)))[1] for r in range(2)])
+            await flood(port, teams(2000, 18_000), timeout=300)
+            many = max([(await flood(port, teams(20_000 + 500 * r, 500)))[1] for r in range(2)])
+            groups = await proc.metric("notification_noise_keys", kind="groups")
+            grouped = await proc.metric("notification_suppressed_total", reason="grouped")
+        finally:
+            assert await proc.stop() == 0
+    print(
+        f"\n[noise] groups: {few:.0f} events/s creating groups 1,000-2,000, {many:.0f} events/s creating "
+        f"groups 20,000-21,000 (ratio {many / few:.2f}); {groups:.0f} groups open"
+    )
+    assert grouped == 21_000 and groups == 21_000
+    assert many / few >= GROUP_RATE_RATIO, f"ingest fell from {few:.0f} to {many:.0f} events/s"
+    assert sink.unique == 0
+
+
+async def test_caps_let_events_through_counted_and_warn_once(tmp_path: Path) -> None:
+    """Past ``--noise-max-keys-per-alert`` a threshold event is notified (as with a store error), past
+    ``--noise-max-groups-per-alert`` an event of a new group is notified ungrouped: each one counted."""
+    async with FlakySink() as sink:
+        proc = ControllerProcess(
+            manifests(
+                tmp_path / "m",
+                sink.url,
+                ("counted", "Kustomization", "  threshold: {count: 3, within: 10m}\n"),
+                ("grouped", "HelmRelease", "  groupBy: [metadata.team]\n  groupWait: 10m\n"),
+            ),
+            ["--noise-max-keys-per-alert=200", "--noise-max-groups-per-alert=100"],
+            log_path=tmp_path / "log",
+        )
+        await proc.start()
+        try:
+            port = proc.ports["events"]
+            objects, _ = await flood(port, [body(f"obj-{i}") for i in range(1000)])
+            teams, _ = await flood(
+                port, [body(f"rel-{i}", kind="HelmRelease", team=f"t{i}") for i in range(500)]
+            )
+            # a tracked object still counts: its second and third events fire the threshold
+            tracked, _ = await flood(port, [body("obj-0", message="2"), body("obj-0", message="3")])
+            untracked_keys = await proc.metric(
+                "notification_noise_untracked_total", stage="threshold", reason="key_limit"
+            )
+            untracked_groups = await proc.metric(
+                "notification_noise_untracked_total", stage="group", reason="group_limit"
+            )
+            await sink.wait_unique(1, timeout=20)
+            # 800 + 400 untracked, and obj-0's threshold
+            await wait_metric(proc, "notification_delivered_total", lambda v: v >= 1201, timeout=60)
+            keys = await proc.metric("notification_noise_keys", kind="keys")
+            groups = await proc.metric("notification_noise_keys", kind="groups")
+        finally:
+            assert await proc.stop() == 0
+    lines = [json.loads(line) for line in (tmp_path / "log").read_text().splitlines() if line.startswith("{")]
+    mine = [line for line in lines if line["logger"] == "notification_controller.dispatch.noise"]
+    warnings = [line for line in lines if "Warning NoiseControlLimitReached" in line["msg"]]
+    print(f"\n[noise] caps: {untracked_keys:.0f} objects and {untracked_groups:.0f} groups untracked")
+    assert objects == Counter({202: 1000}) and teams == Counter({202: 500}) and tracked == Counter({202: 2})
+    assert (untracked_keys, untracked_groups) == (800, 400)
+    assert (keys, groups) == (200, 100)
+    assert len(warnings) == 2, warnings  # one Warning per Alert, not one per event
+    assert [line["level"] for line in mine] == ["info", "info"], mine  # a flood, not a controller fault
