@@ -276,8 +276,8 @@ class NoiseControl:
             program = compile_expression(expression, variables=("event",), output=OutputType.BOOL)
             if program.inline_safe or self.sandbox is None:
                 keep = program.evaluate_bool({"event": draft.event.as_cel()})
-            elif False:
-                return draft  # REVERT CHECK
+            elif self.state.durable:
+                return draft  # evaluated by ``filter_at_send`` once the notification is stored
             else:
                 return self._filter_in_sandbox(draft, program)
         except CELError as exc:
