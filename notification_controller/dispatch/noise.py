@@ -262,8 +262,8 @@ class NoiseControl:
     # ---- 1. filter -------------------------------------------------------------------------------------
     def filter(self, draft: Draft) -> Draft | Drop | Awaitable[Draft | Drop]:
         """``spec.filter`` (CEL, variable ``event``). An inline-safe expression (no comprehension, no
-        growing call: ``Expression.inline_safe``) is evaluated here, on the loop (~5 µs). Any other one
-        runs in the sandbox's worker processes (bounded in time and memory): with the memory store as
+        growing call: ``Expression.inline_safe``) is evaluated here, on the loop (tens of µs). Any other
+        one runs in the sandbox's worker processes (bounded in time and memory): with the memory store as
         an awaitable here (the event POST was answered already); with a durable store it is *deferred*
         to send time (``filter_at_send``), so that the POST, which waits for the pre-queue stages before
         it answers, never waits on a tenant's expression (issue 23)."""
