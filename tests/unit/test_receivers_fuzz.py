@@ -48,9 +48,15 @@ SIGNATURE_LIKE = st.one_of(
     st.just(TOKEN + "x"),
     st.just("Bearer " + TOKEN),
 )
+FRAMING = frozenset({"transfer-encoding", "content-length", "expect", "connection", "host", "upgrade"})
+"""Headers the client library frames itself: random values there test aiohttp's parser (its own 400 with a
+text body, or 417), not the receiver; the raw-socket suites in tests/adversarial/ cover them."""
 HEADERS = st.dictionaries(
     st.one_of(
-        st.sampled_from(AUTH_HEADERS), st.text(alphabet=string.ascii_letters + "-", min_size=1, max_size=20)
+        st.sampled_from(AUTH_HEADERS),
+        st.text(alphabet=string.ascii_letters + "-", min_size=1, max_size=20).filter(
+            lambda name: name.lower() not in FRAMING
+        ),
     ),
     st.one_of(
         SIGNATURE_LIKE,
