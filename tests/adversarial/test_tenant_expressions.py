@@ -224,3 +224,58 @@ async def test_hostile_templates_and_filters_do_not_freeze_or_grow_the_controlle
             if "tenant-b" in a
         ]
         assert controller.proc.returncode == 0
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmd = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid and b"sandbox.worker" in cmd:
+            out.append(int(entry.name))
+    return out
+
+
+def _cpu_ticks(pid: int) -> int:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+async def test_sandbox_workers_die_with_a_killed_controller(tmp_path: Path) -> None:
+    """PR_SET_PDEATHSIG: a SIGKILLed controller (OOM killer, kubelet) leaves no worker behind, not even one
+    busy in a native evaluation (an idle one also sees its pipe close)."""
+    async with CaptureServer() as sink:
+        (tmp_path / "m").mkdir()
+        (tmp_path / "m" / "objects.yaml").write_text(manifests(sink.url))
+        controller = await start(tmp_path / "m", "--sandbox-timeout=60s")
+        workers: list[int] = []
+        try:
+            async with aiohttp.ClientSession() as session:
+                status, _ = await timed(
+                    session, "POST", controller.url("events"), event("tenant-a", "x" * 60000)
+                )
+                assert status == 202
+
+            def busy() -> bool:  # a worker deep in A's split('') comprehension
+                workers[:] = _children(controller.proc.pid)
+                return any(_cpu_ticks(pid) > 100 for pid in workers)
+
+            await eventually(busy, timeout=30, what="a worker busy with tenant A's filter")
+        finally:
+            controller.proc.kill()
+            await controller.proc.wait()
+
+        def gone() -> bool:
+            return not any(Path(f"/proc/{pid}").exists() for pid in workers)
+
+        await eventually(gone, timeout=10, what="the workers to die with the controller")
