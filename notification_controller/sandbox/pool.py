@@ -12,8 +12,9 @@ does.
 * **Fair**: jobs wait in one queue per tenant namespace, served round-robin, at most
   ``per_namespace`` waiting per namespace and ``max_queue`` in all (beyond: ``overload`` at once). One
   tenant's slow expressions cost the others at most one job's timeout of waiting per worker.
-* **Quarantine**: an expression (by the digest of its kind and source) that timed out, ran out of memory
-  or crashed its worker fails fast for ``quarantine`` seconds without using a worker (bounded LRU).
+* **Quarantine**: an expression (by the digest of its namespace, kind and source) that timed out, ran
+  out of memory or crashed its worker fails fast for ``quarantine`` seconds without using a worker
+  (bounded LRU).
 * **Typed failures**: ``SandboxFailure(reason)``: ``timeout``, ``memory``, ``crashed``, ``quarantined``,
   ``overload``, ``protocol``, ``closed``, each counted in
   ``notification_sandbox_failures_total{kind,reason}``. An expression's own error (a typo, a bound of
@@ -209,7 +210,9 @@ class SandboxPool:
         """Run ``job`` (a ``worker.py`` job without ``id``) for a tenant ``namespace``; ``kind`` labels
         the metric, ``source`` (every expression the job runs) keys the quarantine. Returns the value;
         raises ``SandboxFailure``, or ``_ExpressionFailed`` with the expression's own error text."""
-        key = hashlib.blake2b(f"{job['kind']}\0{source}".encode(), digest_size=16).hexdigest()
+        # per namespace: another tenant's copy of an expression that overran on this tenant's events
+        # (data it controls) keeps working
+        key = hashlib.blake2b(f"{namespace}\0{job['kind']}\0{source}".encode(), digest_size=16).hexdigest()
         if self._quarantined(key):
             raise self._failure(kind, FailureReason.QUARANTINED, "the expression overran recently")
         if not self._running:

@@ -63,6 +63,10 @@ async def test_quarantine_fails_fast_without_a_worker_then_expires() -> None:
             await pool.cel(program(SLOW), SLOW_EVENT, namespace="a", kind="filter")
         assert caught.value.reason is FailureReason.QUARANTINED
         assert time.monotonic() - started < 0.1 and pool.starts == starts
+        # nor is the same expression of another namespace
+        with pytest.raises(SandboxFailure) as other:
+            await pool.cel(program(SLOW), SLOW_EVENT, namespace="b", kind="filter")
+        assert other.value.reason is FailureReason.TIMEOUT
         # another expression is not quarantined
         assert (
             await pool.cel(program("[1].exists(x, x == 1)"), {"event": {}}, namespace="a", kind="f") is True
