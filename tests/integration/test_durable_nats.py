@@ -118,6 +118,16 @@ async def test_a_replica_sigkilled_during_a_burst_of_1000_loses_nothing(tmp_path
             assert await b.metric("notification_dead_letters_total") == 0
 
 
+async def first_answer(session: aiohttp.ClientSession, url: str, timeout: float = 30.0) -> int:
+    """The status of ``url`` once the process listens (its start takes seconds on a loaded machine)."""
+    async with asyncio.timeout(timeout):
+        while True:
+            with contextlib.suppress(aiohttp.ClientConnectionError):
+                async with session.get(url) as resp:
+                    return resp.status
+            await asyncio.sleep(0.1)
+
+
 async def test_store_down_at_start_and_lost_mid_run_answers_503_never_202_and_lose(tmp_path: Path) -> None:
     port = free_port()
     store_dir = str(tmp_path / "js")
@@ -126,10 +136,9 @@ async def test_store_down_at_start_and_lost_mid_run_answers_503_never_202_and_lo
         await proc.start(wait_ready=False)
         try:
             async with aiohttp.ClientSession() as session:
-                await asyncio.sleep(2)
-                async with session.get(proc.ready_url) as resp:
-                    assert resp.status == 503  # not ready while the store is unreachable
+                assert await first_answer(session, proc.ready_url) == 503  # the store is unreachable
                 assert await post_event(session, proc.events_url, event("early")) == 503
+                not_ready = await proc.metric("notification_events_rejected_total", reason="not_ready")
                 async with run_nats_server(jetstream=True, store_dir=store_dir, port=port):
                     await proc.wait_ready(60)  # connected by itself
                     assert await post_event(session, proc.events_url, event("kept")) == 202
@@ -140,6 +149,11 @@ async def test_store_down_at_start_and_lost_mid_run_answers_503_never_202_and_lo
                 # the server is gone: nothing can be stored, so nothing is accepted
                 await asyncio.sleep(1.5)
                 assert await post_event(session, proc.events_url, event("refused")) == 503
+                # refused by asking the store, not by remembering a failed call (issue 23 item 10: such a
+                # latch outlived a JetStream leader election by seconds)
+                rejected = "notification_events_rejected_total"
+                assert await proc.metric(rejected, reason="not_ready") == not_ready
+                assert await proc.metric(rejected, reason="store_unavailable") >= 1
                 sink.failing = False
                 async with run_nats_server(jetstream=True, store_dir=store_dir, port=port):
                     await proc.wait_ready(60)

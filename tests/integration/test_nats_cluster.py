@@ -256,6 +256,9 @@ async def leader_lost_mid_burst(tmp: Path, cluster: Cluster, sink: FlakySink, *,
                 f"{len(late)} refused more than {ELECTION_SLACK}s after the election ({election:.1f}s "
                 f"after the kill); {len(refused)} refused in all; first: {late[:3]}"
             )
+            # every refusal came from asking the store, none from a failure remembered by the controller
+            remembered = await controller.metric("notification_events_rejected_total", reason="not_ready")
+            assert remembered == 0, f"{remembered:.0f} events refused without asking the store"
             # held through the election, not refused at once: each sender waits up to the grace per try
             held = SENDERS * (math.ceil(election / DEFAULT_ELECTION_GRACE) + 1)
             assert len(refused) <= held, (
