@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .core.duration import parse_duration
+from .lib.buildinfo import describe
 from .settings import KNOWN_GATES, SECTIONS, Flag, Settings, all_flags, flag_fields
 
 
@@ -75,6 +76,7 @@ _PARSERS: dict[str, Any] = {
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="notification-controller", description=__doc__.split("\n")[0])
+    p.add_argument("--version", action="version", version=describe(), help="print the version and exit")
     for section, name, flag, default in all_flags():
         help_text = flag.help + (
             " [accepted for Flux compatibility; no effect here]" if flag.compat_only else ""
@@ -137,6 +139,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args == ["--flags-table"]:
         print(flags_table())
+        return 0
+    if args[:1] == ["version"]:  # the same line as --version (lib/buildinfo.py: the version is pyproject's)
+        if args[1:]:
+            print("usage: notification-controller version", file=sys.stderr)
+            return 2
+        print(describe())
         return 0
     settings = parse_args(args)
     from .app import run

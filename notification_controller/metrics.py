@@ -8,12 +8,21 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
+from .lib.buildinfo import python_version, version
 from .lib.promdefs import DEFAULT_BUCKETS, counter, gauge, histogram, http_server_metrics
 
 
 class EventMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
+        # Which build answers (docs/install.md, upgrades): `max by (version) (notification_controller_build_info)`.
+        self.build_info = gauge(
+            registry,
+            "notification_controller_build_info",
+            "Always 1; the labels name the running build (version from the package metadata, Python).",
+            ["version", "python"],
+        )
+        self.build_info.labels(version=version(), python=python_version()).set(1)
         self.http_duration, self.http_size, self.http_inflight = http_server_metrics(
             registry, "gotk_event", "event server"
         )
