@@ -7,6 +7,7 @@ Where kubectl is missing the same objects are loaded by a ten-line resolver of t
 
 from __future__ import annotations
 
+import copy
 import functools
 import shutil
 import subprocess
@@ -30,10 +31,11 @@ Obj = dict[str, Any]
 
 
 def _resolve(directory: Path) -> list[Obj]:
-    """The resources of a kustomization, recursively, without transformers (plain ``resources`` only)."""
+    """The resources of a kustomization, recursively, without transformers (``resources``, ``namespace`` and
+    ``labels`` without selectors only)."""
     kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text(encoding="utf-8"))
-    assert set(kustomization) <= {"apiVersion", "kind", "resources", "namespace"}, (
-        f"{directory}: the fallback resolver only understands resources and namespace"
+    assert set(kustomization) <= {"apiVersion", "kind", "resources", "namespace", "labels"}, (
+        f"{directory}: the fallback resolver only understands resources, namespace and labels"
     )
     objects: list[Obj] = []
     for entry in kustomization.get("resources", []):
@@ -42,6 +44,12 @@ def _resolve(directory: Path) -> list[Obj]:
             objects.extend(_resolve(path))
         else:
             objects.extend(d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d)
+    for label in kustomization.get("labels", []):
+        assert set(label) <= {"pairs", "includeTemplates"}, f"{directory}: labels on selectors"
+        for obj in objects:
+            obj["metadata"].setdefault("labels", {}).update(label["pairs"])
+            if label.get("includeTemplates") and obj["kind"] == "Deployment":
+                obj["spec"]["template"]["metadata"].setdefault("labels", {}).update(label["pairs"])
     namespace = kustomization.get("namespace")
     if namespace:
         for obj in objects:
@@ -118,7 +126,28 @@ def test_crds_are_the_generated_ones() -> None:
     """config/crd points at crds/ (the generated source of truth), so the install cannot drift from it."""
     for plural in ("alerts", "providers", "receivers"):
         checked_in = yaml.safe_load((REPO / "crds" / f"{GROUP}_{plural}.yaml").read_text(encoding="utf-8"))
-        assert _one("CustomResourceDefinition", f"{plural}.{GROUP}") == checked_in
+        installed = copy.deepcopy(_one("CustomResourceDefinition", f"{plural}.{GROUP}"))
+        assert installed["metadata"].pop("labels") == FLUX_LABELS  # config/default adds Flux's labels only
+        assert installed == checked_in
+
+
+# Flux's labels (gotk-components.yaml) on every object: `flux check`, `flux logs` and `flux uninstall` select them.
+FLUX_LABELS = {
+    "app.kubernetes.io/part-of": "flux",
+    "app.kubernetes.io/instance": "flux-system",
+    "app.kubernetes.io/component": "notification-controller",
+}
+
+
+def test_every_object_and_the_pod_template_carry_fluxs_labels() -> None:
+    for obj in _rendered():
+        labels = obj["metadata"].get("labels", {})
+        assert FLUX_LABELS.items() <= labels.items(), _key(obj)
+    deployment = _one("Deployment")
+    assert FLUX_LABELS.items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    assert deployment["metadata"]["labels"]["control-plane"] == "controller"
+    # The selector stays Flux's: an apply over Flux's Deployment must not change it (immutable).
+    assert deployment["spec"]["selector"] == {"matchLabels": {"app": "notification-controller"}}
 
 
 # ------------------------------------------------------------------------------------------ Deployment
