@@ -236,6 +236,8 @@ async def leader_lost_mid_burst(tmp: Path, cluster: Cluster, sink: FlakySink, *,
                 answers.stop.set()
                 await sending
             accepted = answers.accepted()
+            first = sorted(answers.answers)[:SENDERS]
+            assert [a[3] for a in first] == [202] * SENDERS, f"the first events were refused: {first}"
             # every 202 reaches the sink, with the node back on its disk or on an empty one
             loop = asyncio.get_running_loop()
             deadline = loop.time() + 40
