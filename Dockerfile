@@ -17,7 +17,10 @@ COPY notification_controller ./notification_controller
 RUN pip wheel --wheel-dir /wheels ".[speed,nats]"
 
 FROM python:3.11-slim-bookworm AS runtime
+# `make image` passes pyproject's version (the one `notification-controller --version` and /metrics report).
+ARG VERSION=unknown
 LABEL org.opencontainers.image.title="notification-controller" \
+      org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.description="A drop-in, asyncio re-implementation of Flux's notification-controller" \
       org.opencontainers.image.licenses="Apache-2.0"
 ENV PIP_NO_CACHE_DIR=1 \
@@ -25,6 +28,7 @@ ENV PIP_NO_CACHE_DIR=1 \
 # Byte-code is compiled here, at install time, because the root filesystem is read-only at runtime.
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
     pip install --no-index --find-links=/wheels "notification-controller[speed,nats]" \
+    && { [ "$VERSION" = unknown ] || [ "$(notification-controller --version | cut -d' ' -f2)" = "$VERSION" ]; } \
     && pip uninstall --yes pip setuptools wheel
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \

@@ -18,7 +18,12 @@ HEALTH_PORT ?= 9440
 SINK_PORT ?= 9999
 HOOK_PORT ?= 9595
 
-.PHONY: run test check lint types imports unit e2e bench soak crds fmt clean sink hook venv
+.PHONY: run test check lint types imports unit e2e bench soak crds fmt clean sink hook venv release image
+
+# A release (docs/install.md). The version is written once, in pyproject.toml: VERSION defaults to it and
+# scripts/release.py refuses any other. IMG is the image repository without a tag (the tag is VERSION).
+VERSION ?= $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+IMG ?= ghcr.io/example/notification-controller
 
 # What running needs: the package and its runtime dependencies (no test toolchain).
 $(RUN_STAMP): pyproject.toml
@@ -90,6 +95,14 @@ soak: $(STAMP) e2e-server
 
 crds: $(STAMP)
 	$(PY) -m notification_controller.api.crdgen config/crd/bases/
+
+# dist/install.yaml (plain cluster) and dist/flux-system/notification-controller/ (a `flux bootstrap` cluster).
+release: $(RUN_STAMP)
+	$(PY) scripts/release.py --version $(VERSION) --image $(IMG) --out dist
+
+# The image of that release (the OCI version label from the same VERSION); push it where IMG says.
+image:
+	docker build --build-arg VERSION=$(VERSION) -t $(IMG):$(VERSION) .
 
 clean:
 	rm -rf $(VENV) $(VENV).lock build *.egg-info .mypy_cache .ruff_cache

@@ -203,3 +203,18 @@ def test_pinning_rule_rejects_latest_and_untagged(image: str, problem: str | Non
     else:
         assert result is not None
         assert problem in result
+
+
+def test_the_image_label_carries_the_version_of_the_installed_wheel() -> None:
+    """``org.opencontainers.image.version`` comes from the VERSION build arg, which ``make image`` sets to
+    pyproject's version, and the build fails if the installed wheel says another (the version is written once)."""
+    final = _final()
+    assert any(a.startswith("VERSION") for a in final.all("ARG"))
+    (labels,) = final.all("LABEL")
+    assert 'org.opencontainers.image.version="${VERSION}"' in labels
+    (install,) = [r for r in final.all("RUN") if "pip install" in r]
+    assert "notification-controller --version" in install
+    assert '= "$VERSION"' in install
+    makefile = (REPO / "Makefile").read_text(encoding="utf-8")
+    assert "--build-arg VERSION=$(VERSION)" in makefile
+    assert "VERSION ?= $(shell sed -n 's/^version = " in makefile

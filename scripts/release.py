@@ -1,0 +1,189 @@
+"""Render a release into ``dist/``: ``make release VERSION=… IMG=…`` (docs/install.md).
+
+Why a script: the two things a Flux user installs are both *derived* from ``config/`` and must not drift from it
+or from each other, and the version must stay written once (pyproject.toml):
+
+* ``dist/install.yaml``: ``config/default`` built with kustomize (``kubectl kustomize``) with the image pinned to
+  ``IMG:VERSION`` and ``app.kubernetes.io/version`` on every object: CRDs, RBAC, Deployment, Services,
+  NetworkPolicy, with Flux's names, ports, args, probes and labels. For a cluster where Flux was installed with
+  ``flux install`` / ``kubectl apply`` (no ``flux-system`` Kustomization reconciling it).
+* ``dist/flux-system/notification-controller/``: a kustomize *Component* for a cluster made by ``flux bootstrap``.
+  Copied next to ``flux-system/kustomization.yaml`` and named under ``components:`` there, it makes
+  kustomize-controller itself apply our image and our CRDs (a superset of Flux's: ``spec.filter``,
+  ``threshold``, ``template``… survive), so it stops putting Flux's back on its next reconcile. It only patches
+  Flux's objects in place (same names, same labels, same selector) and adds our least-privilege RBAC next to
+  Flux's; deleting the ``components:`` line goes back to Flux's controller. Components run before the
+  kustomization's own ``patches:``, so a user's args patch there still applies on top.
+
+The version must equal pyproject's (the image label, ``/metrics`` and ``--version`` read that one); a mismatch is
+refused with the line to change. Measured against: Flux v2.9.4's ``gotk-components.yaml``
+(tests/data/flux-install), rendered with kubectl's kustomize v5.5 (tests/e2e/test_flux_system_patch_e2e.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+NAMESPACE = "flux-system"
+DEPLOYMENT = "notification-controller"
+# The image name config/manager/deployment.yaml uses; kustomize's images transformer rewrites it.
+BASE_IMAGE = "notification-controller"
+COMPONENT = "notification-controller"
+RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+
+Obj = dict[str, Any]
+
+
+def pyproject_version() -> str:
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    version: str = data["project"]["version"]
+    return version
+
+
+def kustomize(directory: Path, kubectl: str) -> list[Obj]:
+    done = subprocess.run(
+        [kubectl, "kustomize", str(directory)], capture_output=True, text=True, check=False, timeout=120
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"kubectl kustomize {directory} failed:\n{done.stderr.strip()}")
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+def render_install(version: str, image: str, kubectl: str) -> list[Obj]:
+    """config/default through kustomize with the image pinned and the version label: the plain install."""
+    with tempfile.TemporaryDirectory(prefix="release-") as tmp:
+        base = os.path.relpath(ROOT / "config" / "default", tmp)
+        kustomization = {
+            "apiVersion": "kustomize.config.k8s.io/v1beta1",
+            "kind": "Kustomization",
+            "resources": [base],
+            "images": [{"name": BASE_IMAGE, "newName": image, "newTag": version}],
+            "labels": [{"pairs": {"app.kubernetes.io/version": version}, "includeTemplates": True}],
+        }
+        (Path(tmp) / "kustomization.yaml").write_text(yaml.safe_dump(kustomization, sort_keys=False))
+        return kustomize(Path(tmp), kubectl)
+
+
+def _pointer(key: str) -> str:
+    """A JSON pointer token (RFC 6901)."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def component(objects: list[Obj], version: str, image: str) -> dict[str, str]:
+    """The files of the flux-system Component: name -> YAML text."""
+    crds = [o for o in objects if o["kind"] == "CustomResourceDefinition"]
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    pod = deployment["spec"]["template"]["spec"]
+    files: dict[str, str] = {}
+    patches: list[Obj] = []
+    for crd in sorted(crds, key=lambda c: str(c["metadata"]["name"])):
+        name = crd["metadata"]["name"]
+        ops: list[Obj] = [{"op": "replace", "path": "/spec", "value": crd["spec"]}]
+        for key, value in sorted((crd["metadata"].get("annotations") or {}).items()):
+            ops.append({"op": "add", "path": f"/metadata/annotations/{_pointer(key)}", "value": value})
+        filename = f"crd-{name.split('.')[0]}.yaml"
+        files[filename] = (
+            f"# Our {name} (config/crd, a superset of Flux's) in place of Flux's: same name, versions and storage\n"
+            "# version; Flux's labels are kept. Generated by scripts/release.py.\n"
+            + yaml.safe_dump(ops, sort_keys=False)
+        )
+        patches.append(
+            {
+                "path": filename,
+                "target": {"group": "apiextensions.k8s.io", "kind": "CustomResourceDefinition", "name": name},
+            }
+        )
+    deployment_ops: list[Obj] = [
+        {"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": container["image"]},
+        {"op": "replace", "path": "/spec/template/spec/containers/0/args", "value": container["args"]},
+        {
+            "op": "replace",
+            "path": "/spec/template/spec/terminationGracePeriodSeconds",
+            "value": pod["terminationGracePeriodSeconds"],
+        },
+    ]
+    files["deployment.yaml"] = (
+        "# Our image and args on Flux's Deployment (same name, ports, probes, labels and selector).\n"
+        "# Generated by scripts/release.py.\n" + yaml.safe_dump(deployment_ops, sort_keys=False)
+    )
+    patches.append(
+        {"path": "deployment.yaml", "target": {"group": "apps", "kind": "Deployment", "name": DEPLOYMENT}}
+    )
+    # Our least-privilege RBAC next to Flux's crd-controller-flux-system (different names: nothing of Flux's is
+    # changed, and removing the component prunes exactly these). The ServiceAccount is Flux's.
+    rbac = [o for o in objects if o["kind"] in RBAC_KINDS and o["kind"] != "ServiceAccount"]
+    files["rbac.yaml"] = "# Generated by scripts/release.py from config/rbac.\n" + yaml.safe_dump_all(
+        rbac, sort_keys=False
+    )
+    kustomization = {
+        "apiVersion": "kustomize.config.k8s.io/v1alpha1",
+        "kind": "Component",
+        "resources": ["rbac.yaml"],
+        "patches": patches,
+    }
+    files["kustomization.yaml"] = (
+        f"# notification-controller {version} ({image}:{version}) for a cluster made by `flux bootstrap`:\n"
+        "# copy this directory next to flux-system/kustomization.yaml and add there\n"
+        "#   components:\n"
+        f"#   - {COMPONENT}\n"
+        "# Remove those two lines to go back to Flux's controller (docs/install.md).\n"
+        + yaml.safe_dump(kustomization, sort_keys=False)
+    )
+    return files
+
+
+def write(out: Path, version: str, image: str, kubectl: str) -> None:
+    objects = render_install(version, image, kubectl)
+    if out.exists():
+        shutil.rmtree(out)
+    (out / "flux-system" / COMPONENT).mkdir(parents=True)
+    header = (
+        f"# notification-controller {version}: `kubectl apply --server-side -f install.yaml` (docs/install.md).\n"
+        f"# Rendered by `make release` from config/default; image {image}:{version}.\n"
+    )
+    (out / "install.yaml").write_text(header + yaml.safe_dump_all(objects, sort_keys=False))
+    for name, text in component(objects, version, image).items():
+        (out / "flux-system" / COMPONENT / name).write_text(text)
+    (out / "VERSION").write_text(version + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="scripts/release.py", description=__doc__.split("\n")[0])
+    parser.add_argument("--version", default=pyproject_version(), help="must equal pyproject.toml's")
+    parser.add_argument("--image", required=True, help="image repository, without the tag (IMG)")
+    parser.add_argument("--out", type=Path, default=ROOT / "dist")
+    parser.add_argument("--kubectl", default=shutil.which("kubectl") or "kubectl")
+    args = parser.parse_args(argv)
+    expected = pyproject_version()
+    if args.version != expected:
+        print(
+            f"VERSION={args.version} but pyproject.toml says version = {expected!r}: the version is written once, "
+            'change `version = "…"` in pyproject.toml (then VERSION may be left out).',
+            file=sys.stderr,
+        )
+        return 2
+    if not re.fullmatch(r"[a-z0-9]+(?:[._/:-][a-z0-9]+)*", args.image) or re.search(r":[^/]*$", args.image):
+        print(f"IMG={args.image!r}: give the repository without a tag (the tag is VERSION)", file=sys.stderr)
+        return 2
+    write(args.out, args.version, args.image, args.kubectl)
+    print(
+        f"wrote {args.out}/install.yaml and {args.out}/flux-system/{COMPONENT}/ ({args.image}:{args.version})"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
