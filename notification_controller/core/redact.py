@@ -171,22 +171,19 @@ def address_forms(url: str) -> set[str]:
     except ValueError:
         return set()
     path, query = parts.path, parts.query
-    forms = {path, path.lstrip("/"), query}
+    if not path.strip("/"):
+        path = ""
+    wholes = {path, path.lstrip("/"), query}  # kept whatever their length (4 characters at least)
     if query:
-        forms.add(f"{path}?{query}")
-        forms.add(f"{path.lstrip('/')}?{query}")
-        for raw in query.split("&"):
-            forms.add(raw.partition("=")[2])
-        for _, value in parse_qsl(query, keep_blank_values=True):
-            forms.add(value)
-    forms.update(path.split("/"))
-    decoded = {unquote(form) for form in forms}
-    out = set()
-    prefixes = (path, path.lstrip("/")) if path.strip("/") else ()
-    for form in forms | decoded:
-        whole = form in (path, query) or form.startswith(prefixes)
-        if len(form) >= ADDRESS_PART_MIN or (whole and len(form) >= 4 and form.strip("/")):
-            out.add(form)
+        wholes |= {f"{path}?{query}", f"{path.lstrip('/')}?{query}"}
+    pieces = set(path.split("/"))
+    if query:
+        pieces |= {raw.partition("=")[2] for raw in query.split("&")}
+        pieces |= {value for _, value in parse_qsl(query, keep_blank_values=True)}
+    wholes |= {unquote(form) for form in wholes}
+    pieces |= {unquote(form) for form in pieces}
+    out = {form for form in wholes if len(form) >= 4 and form.strip("/")}
+    out |= {form for form in pieces if len(form) >= ADDRESS_PART_MIN}
     return out
 
 
