@@ -106,7 +106,6 @@ class _Connection(asyncio.Protocol):
         self._limit = 0
         self._received = False  # any byte of the current answer
         self._head_done = False
-        self._framed = False
         self._reusable = False
         self._head_bytes = 0  # bytes of this exchange received before its final head was complete
         self._field_bytes = 0  # of those, bytes since the last complete header field
@@ -183,7 +182,6 @@ class _Connection(asyncio.Protocol):
         self._body = []
         self._size = 0
         self._head_done = False
-        self._framed = False
         self._fields = 0
 
     def on_header(self, name: bytes, value: bytes) -> None:
@@ -195,9 +193,6 @@ class _Connection(asyncio.Protocol):
             self._violation = InvalidResponse("header field too long")
             raise self._violation
         self._field_bytes = 0
-        lower = name.lower()
-        if lower == b"content-length" or (lower == b"transfer-encoding" and b"chunked" in value.lower()):
-            self._framed = True  # the body's end is known: a connection ending before it cut the answer
         key = name.decode("latin-1")
         if key not in self._headers:  # the first value, as Go's Header.Get and dict(aiohttp's headers)
             self._headers[key] = value.decode("latin-1")
