@@ -37,6 +37,7 @@ from .dispatch.durable import DurableSettings
 from .dispatch.labels import LabelCache, LabelCacheSettings
 from .dispatch.noise import AfterStage, AsyncStage, NoiseControl, NoiseSettings
 from .dispatch.outbox import DurableOutbox
+from .dispatch.rules import CommitStatusAtSend
 from .dispatch.templates import TemplateStage
 from .errors import ConfigError, KubeError, StoreError
 from .hooks import Hooks, load_hooks_config
@@ -227,7 +228,8 @@ class App:
             sandbox=self.sandbox,
         )
         self.dispatcher.pre_queue.extend(self.noise.pre_queue())
-        if self.state is not None:  # a durable store's POST never waits on a tenant's filter (issue 23)
+        if self.state is not None:  # a durable store's POST never waits on a tenant's expression (issue 23)
+            self.dispatcher.pre_send.insert(0, CommitStatusAtSend(self.sandbox))
             self.dispatcher.pre_send.insert(0, AsyncStage("noise-filter-at-send", self.noise.filter_at_send))
         self.dispatcher.pre_send.append(AsyncStage("noise-thread", self.noise.thread))
         self.dispatcher.post_send.append(AfterStage("noise-thread-started", self.noise.thread_started))

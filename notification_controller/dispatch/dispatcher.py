@@ -142,6 +142,7 @@ class Dispatcher:
             no_cross_namespace_refs=s.no_cross_namespace_refs,
             object_level_workload_identity=s.object_level_workload_identity,
             sandbox=sandbox,  # commitStatusExpr beyond the inline-safe subset (issue 23)
+            deferred=lambda: self.outbox is not None,  # durable: at send time (rules.CommitStatusAtSend)
         )
         self.pre_queue: list[PreQueueStage] = [*self.rules, *pre_queue]
         self.pre_send: list[PreSendStage] = list(pre_send)
@@ -474,7 +475,7 @@ class Dispatcher:
                 self.report.drop(result, ptype, delivery.alert)
                 return _GONE
             delivery = result
-        ctx = self._context(delivery.alert, notification.commit_status)
+        ctx = self._context(delivery.alert, delivery.notification.commit_status)  # a stage may set it
         if delivery.message is not None or delivery.thread is not None or delivery.body is not None:
             ctx = dataclasses.replace(
                 ctx,

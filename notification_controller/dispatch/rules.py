@@ -16,11 +16,14 @@ records ``NotificationDispatchFailed`` on the Alert, as Flux does). In order:
 10. ``commit-status-id``: ``spec.commitStatusExpr`` (CEL) or Flux's default id, for git Providers; it
    travels with the notification, so the Provider's cached notifier is never rebuilt per event. An
    expression outside the inline-safe subset (``Expression.inline_safe``) is evaluated in the sandbox's
-   worker processes (``sandbox/``, issue 23): the rule then returns an awaitable.
+   worker processes (``sandbox/``, issue 23): with the memory store the rule returns an awaitable (the
+   POST was answered already); with a durable store it is deferred to send time (``CommitStatusAtSend``),
+   so the event POST never waits on a tenant's expression.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -38,7 +41,7 @@ from ..core.metadata import combine_metadata
 from ..errors import ControllerError
 from ..sandbox import SandboxFailure, SandboxPool
 from ..store.base import ObjectStore
-from .model import Draft, Drop, DropReason
+from .model import Delivery, Draft, Drop, DropReason
 from .notifiers import NotifierCache
 
 Warn = Callable[..., None]
@@ -67,6 +70,7 @@ def flux_rules(
     no_cross_namespace_refs: bool,
     object_level_workload_identity: bool,
     sandbox: SandboxPool | None = None,
+    deferred: Callable[[], bool] = lambda: False,
 ) -> tuple[Rule, ...]:
     def cross_namespace(draft: Draft) -> Draft | Drop:
         obj, meta = draft.event.involved_object, draft.alert.metadata
@@ -164,6 +168,8 @@ def flux_rules(
         program, activation = _commit_status_program(draft, p)
         if sandbox is None or program.inline_safe:
             return draft.with_commit_status(_evaluated(lambda: program.evaluate_string(activation)))
+        if deferred():
+            return draft  # no id yet: ``CommitStatusAtSend`` evaluates it once the notification is stored
         return _commit_status_in_sandbox(sandbox, draft, program, activation)
 
     return (
@@ -224,7 +230,7 @@ def _commit_status_error(exc: Exception) -> ControllerError:
 
 async def _commit_status_in_sandbox(
     sandbox: SandboxPool, draft: Draft, program: Any, activation: dict[str, Any]
-) -> Draft | Drop:
+) -> Draft:
     from ..core.cel import CELError
 
     try:
@@ -240,3 +246,34 @@ async def _commit_status_in_sandbox(
     if not isinstance(value, str):
         raise _commit_status_error(TypeError("not a string"))
     return draft.with_commit_status(value)
+
+
+@dataclass(frozen=True)
+class CommitStatusAtSend:
+    """Pre-send (durable stores): the ``commitStatusExpr`` that ``commit-status-id`` deferred, evaluated
+    in the sandbox against the current Provider. A failure drops the notification with a Warning on the
+    Alert, as the rule does (a status under another id would be a wrong status)."""
+
+    sandbox: SandboxPool
+    name: str = "commit-status-at-send"
+
+    async def __call__(self, delivery: Delivery) -> Delivery | Drop:
+        p, n = delivery.provider, delivery.notification
+        if n.commit_status or p.spec.type not in COMMIT_STATUS_TYPES or not p.spec.commit_status_expr:
+            return delivery
+        draft = Draft(delivery.event, delivery.alert, p)
+        try:
+            program, activation = _commit_status_program(draft, p)
+            if program.inline_safe:
+                value = _evaluated(lambda: program.evaluate_string(activation))
+            else:
+                value = (
+                    await _commit_status_in_sandbox(self.sandbox, draft, program, activation)
+                ).commit_status
+        except ControllerError as exc:
+            return Drop(
+                DropReason.CONFIG,
+                f"failed to dispatch notification for {delivery.event.involved_object.describe()}: {exc}",
+                warn=True,
+            )
+        return dataclasses.replace(delivery, notification=dataclasses.replace(n, commit_status=value))
