@@ -243,6 +243,9 @@ class _BoundedSandbox(ImmutableSandboxedEnvironment):
         return super().call_binop(context, operator, left, right)
 
     def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
+        # every call made by the template (macros included: a macro calling itself twice doubles its
+        # output per level) is timed and its result sized
+        _Budget.check()
         # str methods reach here as bound builtins: 'x'.ljust(10**9), s.replace('', s), sep.join(...)
         if isinstance(getattr(__obj, "__self__", None), str) and callable(__obj):
             if __obj.__name__ == "join" and args and not isinstance(args[0], list | tuple | str):
@@ -251,7 +254,7 @@ class _BoundedSandbox(ImmutableSandboxedEnvironment):
             if size is not None:
                 _refuse_over(f"str.{__obj.__name__}", size)
             return _checked(f"str.{__obj.__name__}", super().call(__context, __obj, *args, **kwargs))
-        return super().call(__context, __obj, *args, **kwargs)
+        return _checked("a call", super().call(__context, __obj, *args, **kwargs))
 
 
 class _BoundedCodeGenerator(CodeGenerator):
@@ -373,6 +376,9 @@ def _bounded_filter(name: str, impl: Callable[..., Any]) -> Callable[..., Any]:
     pre = _PRE_CHECKS.get(name)
 
     def bounded(*args: Any, **kwargs: Any) -> Any:
+        if name == "join" and len(args) > skip and not isinstance(args[skip], list | tuple | str):
+            # a generator (``range(n)|map(...)``) is sized once, then joined: never joined unsized
+            args = (*args[:skip], _checked(name, list(args[skip])), *args[skip + 1 :])
         if pre is not None:
             pre(*args[skip:], **kwargs)
         return _checked(name, impl(*args, **kwargs))
@@ -456,6 +462,8 @@ def render(
         raise TemplateError(f"refused by the sandbox: {exc}") from None
     except JinjaError as exc:  # UndefinedError included: "'event' has no attribute 'foo'"
         raise TemplateError(str(exc.message or type(exc).__name__)) from None
+    except RecursionError:
+        raise TemplateError("nested too deeply (recursive macro?)") from None
     except (TypeError, ValueError, ArithmeticError, LookupError, OverflowError) as exc:
         raise TemplateError(f"{type(exc).__name__}: {exc}") from None
     return "".join(parts)

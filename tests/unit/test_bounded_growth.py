@@ -31,7 +31,14 @@ S = "{% set s='x'*60000 %}"
         (S + "{{ s.ljust(1000000000) }}", "str.ljust would build"),
         (S + "{{ s.translate({120: s}) }}", "str.translate would build"),
         (S + "{{ s|list|join(s) }}", "join would build"),
+        (S + "{{ range(100000)|map('string')|join(s) }}", "join would build"),  # a generator
         ("{{ (7 ** 16000) ** 2 }}", "'**' result too large"),
+        (
+            "{% macro m(n) %}{% if n %}{{ m(n - 1) }}{{ m(n - 1) }}{% else %}xxxxxxxx{% endif %}{% endmacro %}"
+            "{{ m(40) }}",
+            "a call would build",
+        ),
+        ("{% macro m(n) %}{{ m(n + 1) }}{% endmacro %}{{ m(0) }}", "nested too deeply"),
     ],
 )
 def test_template_growth_is_refused_before_the_value_is_built(source: str, complaint: str) -> None:
@@ -41,6 +48,15 @@ def test_template_growth_is_refused_before_the_value_is_built(source: str, compl
         render(source, {}, limit=10**7, budget=30)
     assert time.perf_counter() - started < 2.0
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 64 * 1024  # KiB
+
+
+def test_a_call_tree_without_output_still_ends_on_time() -> None:
+    started = time.perf_counter()
+    with pytest.raises(TemplateError, match="took longer than"):
+        render(
+            "{% macro m(n) %}{% if n %}{{ m(n - 1) }}{{ m(n - 1) }}{% endif %}{% endmacro %}{{ m(40) }}", {}
+        )
+    assert time.perf_counter() - started < 2.0  # 2⁴⁰ calls: forever without the check in every call
 
 
 def test_ordinary_templates_still_render() -> None:
