@@ -11,7 +11,8 @@ Every operation that can grow a value is bounded *before* the value is built (is
 ``+``, ``~``, ``str.format``, the string methods that pad, join, replace or translate, and the filters
 ``replace``, ``join``, ``center``, ``indent``, ``format``, ``wordwrap``, ``batch``, ``slice``,
 ``truncate``; every other filter's result is checked after the call (a constant factor of its input at
-most, so the check bounds the chain). A string may not exceed ``MAX_VALUE`` characters, a list
+most, so the check bounds the chain), as is every call's (a macro calling itself twice doubles its output
+per level; every call also looks at the clock). A string may not exceed ``MAX_VALUE`` characters, a list
 ``MAX_ITEMS`` items, and all the ``for`` loops of one render together visit ``MAX_ITERATIONS`` items
 (``{% for a in s %}{% for b in s %}`` over a 60,000-character string fails after 100,000 items instead
 of running for hours). These bounds make an in-process render (``explain``) safe; the controller itself
