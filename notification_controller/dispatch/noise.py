@@ -90,6 +90,9 @@ WARN_INTERVAL = 300.0
 RESCAN_INTERVAL = 30.0
 """Durable stores: how often the group slots are read for groups other processes opened."""
 _SUSPENDED_RETRY = 30.0
+SLOTS_TTL = 7 * 24 * 3600.0
+"""Life of an Alert's slot counter (17 bytes) after its last new group: longer than any slot it handed
+out, so that a slot number is not handed out twice while a long-lived group still holds it."""
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -500,7 +503,7 @@ class NoiseControl:
             current = slots or Slots()
             return Slots(current.lo, current.hi + 1).to_bytes(), current.hi
 
-        n = await self._update(self._slots_key(alert_id), Slots.from_bytes, take, ttl=self._slots_ttl(ttl))
+        n = await self._update(self._slots_key(alert_id), Slots.from_bytes, take, ttl=SLOTS_TTL)
         await self.state.kv_put(self._slot_key(alert_id, n), key.encode(), ttl=ttl)
 
         def mark(stored: Group | None) -> tuple[bytes | None, Group | None]:
@@ -516,11 +519,6 @@ class NoiseControl:
     def _group_ttl(wait: float, interval: float) -> float:
         """A group key outlives its longest possible quiet period, then disappears by itself."""
         return wait + 2 * interval + 60.0
-
-    @staticmethod
-    def _slots_ttl(group_ttl: float) -> float:
-        """The slot counter outlives every slot it handed out (refreshed with each new group)."""
-        return 2 * group_ttl + 60.0
 
     def _schedule(self, key: str, alert_id: str, when: float) -> None:
         current = self._flush_at.at.get(key)
@@ -615,9 +613,8 @@ class NoiseControl:
             when = group.due if group.due is not None else (group.last_flush or group.created)
             self._schedule(key, alert_id, when)
         if lo > slots.lo:  # another writer may have taken a slot meanwhile: then next time
-            ttl = self._slots_ttl(self._group_ttl(*self._timing(alert)))
             await self.state.kv_cas(
-                slots_key, Slots(lo, slots.hi).to_bytes(), expected=entry.revision, ttl=ttl
+                slots_key, Slots(lo, slots.hi).to_bytes(), expected=entry.revision, ttl=SLOTS_TTL
             )
 
     async def _flush(

@@ -8,6 +8,7 @@ The stages run in their documented order (filter → threshold → state change 
 from __future__ import annotations
 
 import inspect
+import sys
 from typing import Any
 
 import pytest
@@ -402,6 +403,101 @@ async def test_a_store_outage_lets_notifications_through(rig: Rig) -> None:
     for spec in specs:
         assert reasons([await rig.run(alert(**spec), event())]) == ["sent"], spec
     assert rig.noise.store_errors == 4
+
+    assert rig.metric("notification_noise_untracked_total", stage="repeat", reason="store_error") == 1
+
+
+# ---- bounded state (issue 23 item 5) ----------------------------------------------------------------------
+def test_values_are_packed_and_earlier_json_still_reads() -> None:
+    arrivals = Arrivals((1_700_000_000.25, 1_700_000_001.5))
+    assert len(arrivals.to_bytes()) == 17 and Arrivals.from_bytes(arrivals.to_bytes()) == arrivals
+    state = ObjectState(True, "HealthCheckFailed", "timeout – 2m", 1_700_000_000.0)
+    assert ObjectState.from_bytes(state.to_bytes()) == state
+    assert len(state.to_bytes()) < 50
+    # what an earlier version left in a SQLite file or a NATS bucket
+    assert Arrivals.from_bytes(b'{"t":[1.0,2.5]}') == Arrivals((1.0, 2.5))
+    old = b'{"f":true,"r":"Failed","m":"boom","s":12.0}'
+    assert ObjectState.from_bytes(old) == ObjectState(True, "Failed", "boom", 12.0)
+
+
+def test_json_values_are_sized_to_their_content() -> None:
+    g = Group((("reason", "x"),), created=0.0).add(event(), b"{}", 0.0, wait=30, interval=300)
+    value = g.to_bytes()
+    assert sys.getsizeof(value) < len(value) + 64  # orjson's own bytes object carries a 4 KiB buffer
+
+
+async def test_state_change_keys_expire_after_the_retention() -> None:
+    rig = Rig(NoiseSettings(state_retention=3600))
+    a = alert(notifyOn="StateChange")
+    err = event(severity="error", reason="HealthCheckFailed")
+    assert reasons(await rig.sent(a, [(0, err), (1800, err)])) == ["sent", "state"]
+    rig.clock.advance(3601)
+    # forgotten, as after a restart with the memory store: the failure notifies again, a recovery would not
+    assert reasons(await rig.sent(a, [(0, err)])) == ["sent"]
+    rig.clock.advance(3601)
+    assert reasons(await rig.sent(a, [(0, event())])) == ["state"]
+    assert rig.state.keys() == 0 and rig.metric("notification_noise_keys", kind="keys") == 0
+
+
+async def test_past_the_key_cap_events_are_notified_counted_and_warned_once() -> None:
+    rig = Rig(NoiseSettings(max_keys=2))
+    counted = alert(threshold={"count": 3, "within": "10m"})
+    results = await rig.sent(counted, [(0, event(n)) for n in ("a", "b", "c", "d", "a", "a")])
+    assert reasons(results) == ["threshold", "threshold", "sent", "sent", "threshold", "sent"]
+    fired = results[-1]
+    assert isinstance(fired, Draft) and fired.event.metadata[OCCURRENCES] == "3 within 10m0s"
+    assert rig.metric("notification_noise_untracked_total", stage="threshold", reason="key_limit") == 2
+    assert [r for r, _ in rig.warnings] == ["NoiseControlLimitReached"]
+    assert "--noise-max-keys-per-alert" in rig.warnings[0][1]
+    # a state change needs no key for a healthy object never notified: still suppressed when full
+    changes = alert(notifyOn="StateChange")
+    rig2 = Rig(NoiseSettings(max_keys=1))
+    results = await rig2.sent(
+        changes, [(0, event("a", "error")), (0, event("b")), (0, event("c", "error")), (0, event("a"))]
+    )
+    assert reasons(results) == ["sent", "state", "sent", "sent"]  # c: untracked; a: its recovery
+    assert rig2.metric("notification_noise_untracked_total", stage="state", reason="key_limit") == 1
+    # the key cap frees up as keys expire
+    rig.clock.advance(601)
+    assert reasons(await rig.sent(counted, [(0, event("e"))])) == ["threshold"]
+
+
+async def test_past_the_group_cap_events_go_out_ungrouped() -> None:
+    rig = Rig(NoiseSettings(max_groups=2))
+    a = alert(groupBy=["metadata.team"], groupWait="30s")
+    rig.objects.upsert(a)
+    teams = [event(f"o{i}", "error", team=f"t{i % 4}") for i in range(8)]
+    assert reasons(await rig.sent(a, [(0, e) for e in teams])) == ["grouped", "grouped", "sent", "sent"] * 2
+    assert rig.metric("notification_noise_untracked_total", stage="group", reason="group_limit") == 4
+    rig.clock.advance(30)
+    assert await rig.noise.flush_due() == 2
+    assert sorted(n.event.metadata[OCCURRENCES] for n in rig.queued) == ["2", "2"]
+
+
+async def test_a_durable_stores_open_groups_are_found_by_another_process() -> None:
+    """Two NoiseControls over one store stand for a restart (or a second replica): the new one has not
+    seen the group, reads the Alert's slots, and flushes it once; expired slots move ``lo`` on."""
+    first = Rig()
+    first.state.durable = True  # the slot listing is only written for stores other processes share
+    a = alert(groupBy=["reason"], groupWait="30s", groupInterval="1m")
+    first.objects.upsert(a)
+    await first.run(a, event("a", "error", reason="Failed"))
+    await first.run(a, event("b", "error", reason="Failed"))
+    second = NoiseControl(first.state, first.objects, first.clock, first._enqueue)
+    first.clock.advance(30)
+    assert await second.flush_due() == 1
+    assert first.queued[0].event.metadata[OCCURRENCES] == "2"
+    assert await first.noise.flush_due() == 0, "already flushed by the other process"
+    slots_key = NoiseControl._slots_key("flux-system/noisy")
+    entry = await first.state.kv_get(slots_key)
+    assert entry is not None and Slots.from_bytes(entry.value) == Slots(0, 1)
+    # the group ends, its slot expires; the next scan moves past it
+    first.clock.advance(300)
+    await first.run(a, event("c", "error", reason="Other"))
+    third = NoiseControl(first.state, first.objects, first.clock, first._enqueue)
+    await third.flush_due()
+    entry = await first.state.kv_get(slots_key)
+    assert entry is not None and Slots.from_bytes(entry.value) == Slots(1, 2)
 
 
 async def test_threshold_and_state_change_feed_a_group(rig: Rig) -> None:

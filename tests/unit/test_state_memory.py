@@ -6,6 +6,7 @@ The shared semantics are in ``tests/integration/test_state_contract.py``; here i
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -93,3 +94,60 @@ def test_credentials_in_a_nats_url_are_refused_and_not_echoed() -> None:
         open_store("nats://flux:s3cret-pass@nats:4222")
     assert "s3cret-pass" not in str(info.value)
     assert "credentials do not belong in the URL" in str(info.value)
+
+
+# ---- expired keys are deleted (issue 23 item 5) --------------------------------------------------------------
+async def test_expired_kv_keys_are_deleted_not_just_hidden() -> None:
+    clock = ManualClock()
+    store = MemoryStore(clock=clock)
+    for n in range(1000):
+        await store.kv_put(f"short{n}", b"v", ttl=10)
+    await store.kv_put("forever", b"v")
+    await store.kv_put("made-permanent", b"v", ttl=5)
+    await store.kv_put("made-permanent", b"w")  # a write without ttl takes the TTL away
+    assert await store.seen("window", 10) is False
+    assert store.keys() == 1003
+    clock.advance(11)
+    assert await store.kv_get("forever") is not None  # any operation sweeps what expired
+    assert store.keys() == 2
+    assert await store.kv_get("made-permanent") is not None and await store.kv_get("short1") is None
+    await store.close()
+
+
+async def test_a_sweep_costs_what_expired_not_what_is_stored() -> None:
+    clock = ManualClock()
+    store = MemoryStore(clock=clock)
+    for n in range(200_000):
+        await store.kv_put(f"long{n}", b"v", ttl=3600)
+    for n in range(1000):
+        await store.kv_put(f"short{n}", b"v", ttl=10)
+    heap = store._kv_expiry._heap
+    before = len(heap)
+    clock.advance(11)
+    assert store.sweep() == 1000
+    assert before - len(heap) == 1000, "only the expired entries were visited"
+    await store.close()
+
+
+async def test_rewriting_one_key_keeps_the_expiry_heap_bounded() -> None:
+    clock = ManualClock()
+    store = MemoryStore(clock=clock)
+    for n in range(50_000):  # a threshold key is rewritten with every event, each time with a new TTL
+        await store.kv_put("hot", str(n).encode(), ttl=600)
+        clock.advance(0.001)
+    assert len(store._kv_expiry._heap) <= 2 * 1 + 1024 + 1
+    assert (await store.kv_get("hot")) is not None
+    await store.close()
+
+
+async def test_a_timer_sweeps_when_nothing_calls() -> None:
+    clock = ManualClock()
+    store = MemoryStore(clock=clock)
+    await store.kv_put("k", b"v", ttl=0.1)
+    assert await store.seen("w", 0.1) is False
+    clock.advance(1)
+    async with asyncio.timeout(10):  # the timer fires one (loop) second after the earliest deadline
+        while store.keys():
+            await asyncio.sleep(0.05)
+    await store.close()
+    assert store._timer is None
