@@ -7,6 +7,8 @@ or from each other, and the version must stay written once (pyproject.toml):
   ``IMG:VERSION`` and ``app.kubernetes.io/version`` on every object: CRDs, RBAC, Deployment, Services,
   NetworkPolicy, with Flux's names, ports, args, probes and labels. For a cluster where Flux was installed with
   ``flux install`` / ``kubectl apply`` (no ``flux-system`` Kustomization reconciling it).
+* ``dist/install-persistent.yaml``, ``dist/install-ha.yaml``: the same from ``config/persistent`` (SQLite on a
+  PersistentVolume) and ``config/ha`` (two replicas on the NATS of ``config/nats``, rendered as ``dist/nats.yaml``).
 * ``dist/flux-system/notification-controller/``: a kustomize *Component* for a cluster made by ``flux bootstrap``.
   Copied next to ``flux-system/kustomization.yaml`` and named under ``components:`` there, it makes
   kustomize-controller itself apply our image and our CRDs (a superset of Flux's: ``spec.filter``,
@@ -41,6 +43,7 @@ DEPLOYMENT = "notification-controller"
 # The image name config/manager/deployment.yaml uses; kustomize's images transformer rewrites it.
 BASE_IMAGE = "notification-controller"
 COMPONENT = "notification-controller"
+VARIANTS = ("persistent", "ha")
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 
 Obj = dict[str, Any]
@@ -61,10 +64,10 @@ def kustomize(directory: Path, kubectl: str) -> list[Obj]:
     return [d for d in yaml.safe_load_all(done.stdout) if d]
 
 
-def render_install(version: str, image: str, kubectl: str) -> list[Obj]:
-    """config/default through kustomize with the image pinned and the version label: the plain install."""
+def render_install(version: str, image: str, kubectl: str, overlay: str = "default") -> list[Obj]:
+    """config/<overlay> through kustomize with the image pinned and the version label: a plain install."""
     with tempfile.TemporaryDirectory(prefix="release-") as tmp:
-        base = os.path.relpath(ROOT / "config" / "default", tmp)
+        base = os.path.relpath(ROOT / "config" / overlay, tmp)
         kustomization = {
             "apiVersion": "kustomize.config.k8s.io/v1beta1",
             "kind": "Kustomization",
@@ -155,6 +158,20 @@ def write(out: Path, version: str, image: str, kubectl: str) -> None:
         f"# Rendered by `make release` from config/default; image {image}:{version}.\n"
     )
     (out / "install.yaml").write_text(header + yaml.safe_dump_all(objects, sort_keys=False))
+    # The durable variants of the same release (docs/delivery.md): config/persistent, config/ha (+ config/nats).
+    for overlay in VARIANTS:
+        variant = render_install(version, image, kubectl, overlay)
+        (out / f"install-{overlay}.yaml").write_text(
+            header.replace("install.yaml", f"install-{overlay}.yaml").replace(
+                "config/default", f"config/{overlay}"
+            )
+            + yaml.safe_dump_all(variant, sort_keys=False)
+        )
+    nats = kustomize(ROOT / "config" / "nats", kubectl)
+    (out / "nats.yaml").write_text(
+        "# The three-node NATS JetStream install-ha.yaml uses (config/nats; docs/install.md, HA with NATS).\n"
+        + yaml.safe_dump_all(nats, sort_keys=False)
+    )
     for name, text in component(objects, version, image).items():
         (out / "flux-system" / COMPONENT / name).write_text(text)
     (out / "VERSION").write_text(version + "\n")

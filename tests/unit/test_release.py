@@ -106,6 +106,18 @@ def test_install_manifest_pins_the_image_and_carries_fluxs_labels(dist: Path) ->
     assert (dist / "VERSION").read_text() == VERSION + "\n"
 
 
+@pytest.mark.parametrize(("variant", "store"), [("persistent", "--store=sqlite:"), ("ha", "--store=nats://")])
+def test_durable_variants_pin_the_same_image(dist: Path, variant: str, store: str) -> None:
+    objects = [d for d in yaml.safe_load_all((dist / f"install-{variant}.yaml").read_text()) if d]
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == f"{IMAGE}:{VERSION}"
+    assert any(a.startswith(store) for a in container["args"])
+    assert deployment["metadata"]["labels"]["app.kubernetes.io/version"] == VERSION
+    nats = [d for d in yaml.safe_load_all((dist / "nats.yaml").read_text()) if d]
+    assert {o["kind"] for o in nats} >= {"StatefulSet", "Service", "ConfigMap"}
+
+
 def test_a_version_other_than_pyprojects_is_refused(tmp_path: Path) -> None:
     done = _release(tmp_path / "dist", "--version", "99.0.0")
     assert done.returncode == 2
