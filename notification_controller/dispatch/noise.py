@@ -90,6 +90,8 @@ WARN_INTERVAL = 300.0
 RESCAN_INTERVAL = 30.0
 """Durable stores: how often the group slots are read for groups other processes opened."""
 _SUSPENDED_RETRY = 30.0
+SLOT_BLOCK = 64
+"""Slots a process reserves at once for an Alert's new groups (one counter write per 64 new groups)."""
 SLOTS_TTL = 7 * 24 * 3600.0
 """Life of an Alert's slot counter (17 bytes) after its last new group: longer than any slot it handed
 out, so that a slot number is not handed out twice while a long-lived group still holds it."""
@@ -168,6 +170,7 @@ class NoiseControl:
         self._flush_at = Deadlines()
         self._owner: dict[str, str] = {}
         self._next_scan = 0.0
+        self._reserved: dict[str, tuple[int, int]] = {}  # alert id -> this process's free slots [start, end)
         self.metrics.keys.labels(kind="keys").set_function(lambda: self._count(self._keys))
         self.metrics.keys.labels(kind="groups").set_function(lambda: self._count(self._groups))
 
@@ -492,18 +495,15 @@ class NoiseControl:
         return _drop(Suppressed.GROUPED, draft, "joined a group")
 
     async def _list(self, alert: Alert, key: str, group: Group, ttl: float) -> Group:
-        """Give a new group a slot (one write of a 17-byte counter, one of its own slot key); refresh the
-        slot of a group whose new batch starts. Returns the group as stored."""
+        """Give a new group a slot (its own slot key; the 17-byte counter is written once per
+        ``SLOT_BLOCK`` groups); refresh the slot of a group whose new batch starts. Returns the group as
+        stored."""
         alert_id = _alert_id(alert)
         if group.slot >= 0:
             await self.state.kv_put(self._slot_key(alert_id, group.slot), key.encode(), ttl=ttl)
             return group
 
-        def take(slots: Slots | None) -> tuple[bytes | None, int]:
-            current = slots or Slots()
-            return Slots(current.lo, current.hi + 1).to_bytes(), current.hi
-
-        n = await self._update(self._slots_key(alert_id), Slots.from_bytes, take, ttl=SLOTS_TTL)
+        n = await self._take_slot(alert_id)
         await self.state.kv_put(self._slot_key(alert_id, n), key.encode(), ttl=ttl)
 
         def mark(stored: Group | None) -> tuple[bytes | None, Group | None]:
@@ -514,6 +514,25 @@ class NoiseControl:
 
         listed = await self._update(key, Group.from_bytes, mark, ttl=ttl)
         return listed if listed is not None else group
+
+    async def _take_slot(self, alert_id: str) -> int:
+        """The next slot of this process's block, reserving a new block when it is used up: concurrent
+        new groups (this process's or another replica's) rarely meet on the counter's compare-and-set.
+        Slots reserved and never used are holes the scan skips."""
+        start, end = self._reserved.get(alert_id, (0, 0))
+        if start >= end:
+
+            def reserve(slots: Slots | None) -> tuple[bytes | None, int]:
+                current = slots or Slots()
+                return Slots(current.lo, current.hi + SLOT_BLOCK).to_bytes(), current.hi
+
+            start = await self._update(self._slots_key(alert_id), Slots.from_bytes, reserve, ttl=SLOTS_TTL)
+            end = start + SLOT_BLOCK
+            current = self._reserved.get(alert_id, (0, 0))
+            if current[0] < current[1]:  # another task reserved meanwhile: use its block, keep this one
+                start, end = current  # (the block reserved here stays a hole)
+        self._reserved[alert_id] = (start + 1, end)
+        return start
 
     @staticmethod
     def _group_ttl(wait: float, interval: float) -> float:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 import time
 from collections import Counter
 from pathlib import Path
@@ -312,3 +313,57 @@ async def test_caps_let_events_through_counted_and_warn_once(tmp_path: Path) -> 
     assert (keys, groups) == (200, 100)
     assert len(warnings) == 2, warnings  # one Warning per Alert, not one per event
     assert [line["level"] for line in mine] == ["info", "info"], mine  # a flood, not a controller fault
+
+
+async def test_every_noise_key_in_sqlite_has_a_ttl(tmp_path: Path) -> None:
+    """With ``--store=sqlite:``, whose periodic sweep deletes expired rows, a key without a TTL would stay
+    for ever: threshold, state-change, repeat and group keys (and the group slots) all carry one."""
+    db = tmp_path / "state.db"
+    async with FlakySink() as sink:
+        proc = ControllerProcess(
+            manifests(
+                tmp_path / "m",
+                sink.url,
+                ("counted", "Kustomization", "  threshold: {count: 3, within: 10m}\n"),
+                ("changes", "HelmRelease", "  notifyOn: StateChange\n"),
+                ("repeats", "GitRepository", "  repeatInterval: 1h\n"),
+                ("grouped", "OCIRepository", "  groupBy: [metadata.team]\n  groupWait: 10m\n"),
+            ),
+            [f"--store=sqlite:{db}"],
+            log_path=tmp_path / "log",
+        )
+        await proc.start()
+        try:
+            port = proc.ports["events"]
+            for kind in ("Kustomization", "HelmRelease", "GitRepository", "OCIRepository"):
+                statuses, _ = await flood(
+                    port, [body(f"{kind.lower()}-{i}", kind=kind, team=f"t{i}") for i in range(300)]
+                )
+                assert statuses == Counter({202: 300}), kind
+            for reason, count in (("threshold", 300), ("grouped", 300)):
+                await wait_metric(
+                    proc,
+                    "notification_suppressed_total",
+                    lambda v, c=count: v == c,
+                    timeout=60,
+                    reason=reason,
+                )
+            await sink.wait_unique(600, timeout=60)  # the first errors and the first repeats went out
+            untracked = await proc.metric("notification_noise_untracked_total")
+            with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+                kinds = dict(
+                    conn.execute(
+                        "SELECT substr(key, 1, instr(substr(key, 7), '/') + 5), count(*) FROM kv"
+                        " WHERE key LIKE 'noise/%' GROUP BY 1"
+                    ).fetchall()
+                )
+                forever = conn.execute(
+                    "SELECT key FROM kv WHERE key LIKE 'noise/%' AND expires_at IS NULL LIMIT 5"
+                ).fetchall()
+        finally:
+            assert await proc.stop() == 0
+    print(f"\n[noise] sqlite: noise rows by kind {kinds}")
+    assert kinds.get("noise/threshold") == 300 and kinds.get("noise/state") == 300
+    assert kinds.get("noise/group") == 300 and kinds.get("noise/groups") == 301  # 300 slots + counter
+    assert forever == [], forever
+    assert untracked == 0, "no compare-and-set gave up under 8 concurrent connections"
