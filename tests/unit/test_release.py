@@ -10,15 +10,19 @@
 from __future__ import annotations
 
 import copy
+import re
 import shutil
 import subprocess
 import sys
+import textwrap
 import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+
+from notification_controller.cli import parse_args
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "data" / "flux-install" / "gotk-components.yaml"
@@ -216,3 +220,61 @@ def test_args_patches_of_the_user_still_apply_after_the_component(dist: Path, tm
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[-1] == "--store=sqlite:/var/lib/notification-controller/state.db"
     assert "--log-encoding=json" in args
+
+
+GOTK_SYNC = """\
+apiVersion: source.toolkit.fluxcd.io/v1
+kind: GitRepository
+metadata: {name: flux-system, namespace: flux-system}
+spec: {interval: 1m0s, ref: {branch: main}, secretRef: {name: flux-system}, url: ssh://git@example.com/fleet}
+---
+apiVersion: kustomize.toolkit.fluxcd.io/v1
+kind: Kustomization
+metadata: {name: flux-system, namespace: flux-system}
+spec: {interval: 10m0s, path: ./clusters/my-cluster, prune: true, sourceRef: {kind: GitRepository, name: flux-system}}
+"""
+
+
+def _doc_files(scenario: str) -> dict[str, str]:
+    """The ``# file: flux-system/<name> (<scenario>)`` blocks of docs/install.md."""
+    text = (ROOT / "docs" / "install.md").read_text(encoding="utf-8")
+    files: dict[str, str] = {}
+    for block in re.findall(r"```yaml\n(.*?)```", text, re.DOTALL):
+        lines = textwrap.dedent(block).splitlines()
+        match = re.fullmatch(r"# file: flux-system/(\S+) \((\w+)\)", lines[0].strip())
+        if match and match.group(2) == scenario:
+            files[match.group(1)] = "\n".join(lines[1:]) + "\n"
+    return files
+
+
+@pytest.mark.parametrize("scenario", ["bootstrap", "persistent", "ha"])
+def test_the_flux_system_files_of_docs_install_render(dist: Path, tmp_path: Path, scenario: str) -> None:
+    """What docs/install.md tells a bootstrap user to write, rendered on Flux's files as kustomize-controller would."""
+    files = _doc_files(scenario)
+    assert "kustomization.yaml" in files
+    repo = tmp_path / "flux-system"
+    repo.mkdir()
+    shutil.copy(FIXTURE, repo / "gotk-components.yaml")
+    (repo / "gotk-sync.yaml").write_text(GOTK_SYNC)
+    shutil.copytree(dist / "flux-system" / "notification-controller", repo / "notification-controller")
+    shutil.copy(dist / "nats.yaml", repo / "nats.yaml")
+    for name, text in files.items():
+        (repo / name).write_text(text)
+    objects = _kustomize(repo)
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["image"] == f"{IMAGE}:{VERSION}"
+    settings = parse_args(container["args"], environ={})
+    if scenario == "persistent":
+        assert settings.store.url.startswith("sqlite:")
+        assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+        claim = {v["name"]: v for v in pod["volumes"]}["state"]["persistentVolumeClaim"]["claimName"]
+        assert any(o["kind"] == "PersistentVolumeClaim" and o["metadata"]["name"] == claim for o in objects)
+        assert {"name": "state", "mountPath": "/var/lib/notification-controller"} in container["volumeMounts"]
+    elif scenario == "ha":
+        assert settings.store.url.startswith("nats://nats.flux-system.svc:4222")
+        assert deployment["spec"]["replicas"] == 2
+        assert any(o["kind"] == "StatefulSet" and o["metadata"]["name"] == "nats" for o in objects)
+    else:
+        assert settings.store.url == "memory"
