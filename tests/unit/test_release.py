@@ -170,20 +170,17 @@ def test_the_component_puts_our_crds_and_image_on_fluxs_objects(dist: Path, tmp_
     alert_spec = ours[("CustomResourceDefinition", "alerts.notification.toolkit.fluxcd.io")]["spec"]
     props = alert_spec["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
     assert {"filter", "threshold", "template"} <= props.keys()
-    # The Deployment: our image, args and grace period; Flux's name, selector, labels, ports, probes, account.
+    # The Deployment: our image and grace period; Flux's name, selector, labels, ports, probes, account and args
+    # (what `flux bootstrap` set is kept; ours parse them).
     theirs = flux[("Deployment", "notification-controller")]
     mine = ours[("Deployment", "notification-controller")]
     (container,) = mine["spec"]["template"]["spec"]["containers"]
     (flux_container,) = theirs["spec"]["template"]["spec"]["containers"]
     assert container["image"] == f"{IMAGE}:{VERSION}"
-    (our_install,) = installed[("Deployment", "notification-controller")]["spec"]["template"]["spec"][
-        "containers"
-    ]
-    assert container["args"] == our_install["args"]
+    assert container["args"] == flux_container["args"]
+    parse_args(container["args"], environ={})
     same = copy.deepcopy(mine)
-    same["spec"]["template"]["spec"]["containers"][0].update(
-        image=flux_container["image"], args=flux_container["args"]
-    )
+    same["spec"]["template"]["spec"]["containers"][0].update(image=flux_container["image"])
     same["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = theirs["spec"]["template"]["spec"][
         "terminationGracePeriodSeconds"
     ]
@@ -275,6 +272,9 @@ def test_the_flux_system_files_of_docs_install_render(dist: Path, tmp_path: Path
     elif scenario == "ha":
         assert settings.store.url.startswith("nats://nats.flux-system.svc:4222")
         assert deployment["spec"]["replicas"] == 2
+        assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxUnavailable": 0}
+        (budget,) = [o for o in objects if _key(o) == ("PodDisruptionBudget", "notification-controller")]
+        assert budget["spec"]["selector"] == deployment["spec"]["selector"]
         assert any(o["kind"] == "StatefulSet" and o["metadata"]["name"] == "nats" for o in objects)
     else:
         assert settings.store.url == "memory"
