@@ -49,7 +49,8 @@ KNOWN_PATHS = frozenset({_HANDLER})
 OTHER_PATH = "other"
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "CONNECT", "TRACE"})
 CLIENT_CLOSED = 499  # metric code of a request whose client went away (nginx's convention), never a 5xx
-_REJECTED_BY_SERVER = {413: "too_large", 400: "bad_request"}  # answers the HTTP server gives by itself
+# answers the HTTP server gives by itself (server/http1.py), by the reason they are counted under
+_REJECTED_BY_SERVER = {413: "too_large"} | dict.fromkeys((400, 417, 431, 501), "bad_request")
 
 
 @dataclass(frozen=True)
@@ -124,13 +125,13 @@ class EventEndpoint:
         return self._finish(request, result, start)
 
     def refused(self, request: Request, status: int) -> Response:
-        """Answers the HTTP server gives itself (413 body too large, 400 body too slow) and requests whose
-        client left before the answer (499, nothing is sent)."""
+        """Answers the HTTP server gives itself (413 body too large; 400 body too slow, Host missing or
+        repeated, ambiguous framing; 417 an unknown expectation; 501 a transfer coding before chunked) and
+        requests whose client left before the answer (499, nothing is sent)."""
         reason = _REJECTED_BY_SERVER.get(status)
         if reason is not None:
             self.metrics.events_rejected.labels(reason=reason).inc()
-            if status == 400:
-                log.debug("rejecting event: body not received within the read timeout")
+            log.debug("rejecting event: the HTTP server answered %d", status)
         response = Response(status, close=True)
         self._observe(request, status, 0, time.perf_counter())
         return response
@@ -199,7 +200,13 @@ class EventEndpoint:
 
     async def _durable(self, event: Event, key: str) -> Response:
         """A durable store: the duplicate window may be shared by every replica (dispatch/duplicates.py), and
-        the 202 comes once the notifications are stored."""
+        the 202 comes once the notifications are stored.
+
+        A client that leaves does not cancel this (server/http1.py lets the answer finish, issue 23 item 8):
+        the event is stored and a retry is a duplicate (429). It is cancelled only at the end of a shutdown's
+        grace or past the server's ``max_detached``: then the window is released, so that the retry is
+        admitted instead of being answered 429 for the whole interval while nothing was stored (at least
+        once: an event stored just before the cancellation may be stored again by its retry)."""
         shared_window = self.shared_window
         if shared_window is None:
             decision = self.limiter.take(key)
@@ -208,19 +215,29 @@ class EventEndpoint:
                 decision = await shared_window.take(key)
             except StoreError as exc:
                 return self._store_unavailable(event, exc)
+            except asyncio.CancelledError:
+                await self._release(key)  # the store may have taken it
+                raise
         headers = decision.headers()
         if not decision.allowed:
             return self._duplicate(event, headers)
         try:
             await self.dispatcher.admit(event)
         except StoreError as exc:  # durable store unreachable: never 202-and-lose; the emitter retries
-            if shared_window is not None:
-                # the window ends by itself if even this fails; until then the retry is answered 429
-                with contextlib.suppress(StoreError):
-                    await shared_window.release(key)
+            await self._release(key)
             return self._store_unavailable(event, exc)
+        except asyncio.CancelledError:
+            await self._release(key)
+            raise
         self._events_received.inc()
         return Response(202, headers)
+
+    async def _release(self, key: str) -> None:
+        """Undo a shared window's ``take`` whose admission did not complete; if even this fails, the window
+        ends by itself and until then the retry is answered 429."""
+        if self.shared_window is not None:
+            with contextlib.suppress(StoreError):
+                await self.shared_window.release(key)
 
     def _duplicate(self, event: Event, headers: dict[str, str]) -> Response:
         self.metrics.events_rejected.labels(reason="rate_limited").inc()
