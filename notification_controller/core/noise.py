@@ -406,3 +406,15 @@ class Slots:
     def from_bytes(cls, data: bytes) -> Slots:
         _, lo, hi = _SLOTS.unpack(data)
         return cls(lo, hi)
+
+
+def legacy_group_index(data: bytes) -> list[str]:
+    """The group keys in the index value that versions before issue 23 kept per Alert (one JSON list of
+    every open group): read once after an upgrade so that the groups it lists are still flushed."""
+    try:
+        keys = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return []
+    if not isinstance(keys, list):
+        return []
+    return [k for k in keys if isinstance(k, str) and k.startswith("noise/group/")]

@@ -60,6 +60,7 @@ from ..core.noise import (
     digest,
     group_labels,
     identity,
+    legacy_group_index,
     object_key,
     recovery_event,
     state_step,
@@ -170,6 +171,7 @@ class NoiseControl:
         self._flush_at = Deadlines()
         self._owner: dict[str, str] = {}
         self._next_scan = 0.0
+        self._migrated: set[str] = set()  # Alert ids whose pre-issue-23 group index was looked for
         self._reserved: dict[str, tuple[int, int]] = {}  # alert id -> this process's free slots [start, end)
         self.metrics.keys.labels(kind="keys").set_function(lambda: self._count(self._keys))
         self.metrics.keys.labels(kind="groups").set_function(lambda: self._count(self._groups))
@@ -607,6 +609,9 @@ class NoiseControl:
         """Schedule the groups listed in ``alert``'s slots that this process does not know of (opened
         before a restart, or by another replica), and move the first slot past the expired ones."""
         alert_id = _alert_id(alert)
+        if alert_id not in self._migrated:
+            self._migrated.add(alert_id)
+            await self._migrate(alert_id)
         slots_key = self._slots_key(alert_id)
         entry = await self.state.kv_get(slots_key)
         if entry is None:
@@ -635,6 +640,18 @@ class NoiseControl:
             await self.state.kv_cas(
                 slots_key, Slots(lo, slots.hi).to_bytes(), expected=entry.revision, ttl=SLOTS_TTL
             )
+
+    async def _migrate(self, alert_id: str) -> None:
+        """After an upgrade: schedule the groups of the index an earlier version kept (a value without
+        TTL, rewritten with every new group), then let that value expire."""
+        legacy_key = "noise/groups/" + digest(alert_id)
+        legacy = await self.state.kv_get(legacy_key)
+        if legacy is None:
+            return
+        now = self._now()
+        for key in legacy_group_index(legacy.value)[: 4 * self.settings.max_groups]:
+            self._schedule(key, alert_id, now)  # ``_look`` reads each: flush, wait or forget
+        await self.state.kv_cas(legacy_key, legacy.value, expected=legacy.revision, ttl=RESCAN_INTERVAL)
 
     async def _flush(
         self, key: str, group: Group, revision: int, now: float, wait: float, interval: float

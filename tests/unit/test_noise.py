@@ -11,6 +11,7 @@ import inspect
 import sys
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -30,8 +31,10 @@ from notification_controller.core.noise import (
     Group,
     ObjectState,
     Slots,
+    digest,
     group_labels,
     identity,
+    legacy_group_index,
     normalise_message,
     state_step,
     threshold_step,
@@ -541,3 +544,22 @@ def test_the_controller_checks_what_the_crd_checks() -> None:
         == []
     )
     assert not alert().spec.noisy and alert(notifyOn="Always").spec.noisy is False
+
+
+async def test_an_upgrade_flushes_the_groups_of_the_old_index_and_expires_it() -> None:
+    """Versions before issue 23 listed an Alert's groups in one index value without TTL."""
+    rig = Rig()
+    a = alert(groupBy=["reason"], groupWait="30s")
+    rig.objects.upsert(a)
+    await rig.run(a, event("a", "error", reason="Failed"))  # not durable yet: no slot, as before
+    [key] = rig.noise._flush_at.at
+    rig.state.durable = True
+    legacy_key = "noise/groups/" + digest("flux-system/noisy")
+    await rig.state.kv_put(legacy_key, orjson.dumps([key, "noise/group/gone"]))
+    upgraded = NoiseControl(rig.state, rig.objects, rig.clock, rig._enqueue)
+    rig.clock.advance(30)
+    assert await upgraded.flush_due() == 1
+    assert rig.queued[0].event.metadata[OCCURRENCES] == "1"
+    rig.clock.advance(31)
+    assert await rig.state.kv_get(legacy_key) is None
+    assert legacy_group_index(b"not json") == [] and legacy_group_index(b'{"a": 1}') == []
