@@ -44,10 +44,13 @@ rows of every table with a time to live (``seen``, ``kv``), the dead letters old
 ``SWEEP_CHUNK`` rows so that events are stored in between. The freed pages are given back to the file
 system: ``auto_vacuum=INCREMENTAL`` (set on a new file; an existing file is converted once, with a
 ``VACUUM``, at open) and ``PRAGMA incremental_vacuum`` after a sweep, then a ``wal_checkpoint(TRUNCATE)``;
-``journal_size_limit`` keeps the WAL from staying at its high-water mark. Measured (``bench`` numbers in
-the issue 23 report): incremental auto-vacuum costs nothing measurable per append, and returns a 48 MB
-file's freed pages in a fraction of the time a periodic full ``VACUUM`` (which rewrites every live page
-and needs as much free disk again) holds the write lock.
+``journal_size_limit`` keeps the WAL from staying at its high-water mark. Measured on the 2-core
+development machine (``synchronous=normal``, so that fsync does not hide the page work): an append+ack cycle
+costs 80 µs with incremental auto-vacuum against 77 µs without; giving back the pages of 19,500 deleted
+dead letters (82 MB → 2.7 MB) took 0.24 s in ``incremental_vacuum(1024)`` steps of at most 31 ms of write
+lock each. A periodic full ``VACUUM`` was faster when little is live (0.01 s) but rewrites every live page
+under one lock (0.51 s with 74 MB live, i.e. a provider outage's backlog), and needs as much free disk
+again, so it fails exactly when the disk is full; the incremental steps need no room.
 
 **Permissions.** The file is created ``0600`` (and an existing one tightened to it) before SQLite opens
 it; SQLite creates ``-wal`` and ``-shm`` with the database file's mode. They hold every pending
