@@ -40,8 +40,9 @@ THRESHOLD_EVENTS = 40_000
 STATE_EVENTS = 20_000
 RSS_PER_EVENT_BOUND = 1_500
 """Bytes of RSS growth allowed per distinct event (measured after the fix: ~0.6 KB, before: ~4.5 KB)."""
-GROUP_RATE_RATIO = 0.45
-"""Ingest rate creating groups 20,000-21,000 over the rate creating groups 1,000-2,000 (before: ~0.1)."""
+GROUP_RATE_RATIO = 0.35
+"""Ingest rate creating groups from 20,000 over the rate creating groups from 1,000 (measured after the fix:
+0.55-1.25 on two shared cores; before: 0.07)."""
 CONNECTIONS = 8
 PIPELINE = 16
 
@@ -250,14 +251,24 @@ async def test_state_change_keys_expire_after_the_retention(tmp_path: Path) -> N
     assert growth < RSS_PER_EVENT_BOUND * STATE_EVENTS, f"RSS grew {growth >> 20} MB"
 
 
-async def test_ingest_does_not_collapse_with_many_groups(tmp_path: Path) -> None:
-    """Events/s creating groups 1,000-2,000 vs 20,000-21,000 of one Alert (``groupBy: [metadata.team]``).
-    Each measurement is the best of two rounds of 500 new groups, so a busy neighbour does not decide it."""
+@pytest.mark.parametrize(
+    ("store", "few_at", "many_at"),
+    [("memory", 1000, 20_000), ("sqlite", 500, 5000)],  # SQLite: each new group is ~5 writes on its thread
+)
+async def test_ingest_does_not_collapse_with_many_groups(
+    tmp_path: Path, store: str, few_at: int, many_at: int
+) -> None:
+    """Events/s creating groups ``few_at``+ vs ``many_at``+ of one Alert (``groupBy: [metadata.team]``):
+    1,000 vs 20,000 in memory (before the fix: 0.07 times as fast). Each measurement is the best of three
+    rounds of 500 new groups, so a busy neighbour does not decide it."""
+    args = ["--noise-max-groups-per-alert=30000"]
+    if store == "sqlite":
+        args.append(f"--store=sqlite:{tmp_path / 'state.db'}")
     async with FlakySink() as sink:
         extra = "  groupBy: [metadata.team]\n  groupWait: 10m\n  groupInterval: 10m\n"
         proc = ControllerProcess(
             manifests(tmp_path / "m", sink.url, ("grouped", "Kustomization", extra)),
-            ["--noise-max-groups-per-alert=30000"],
+            args,
             log_path=tmp_path / "log",
         )
         await proc.start()
@@ -267,19 +278,24 @@ async def test_ingest_does_not_collapse_with_many_groups(tmp_path: Path) -> None
             def teams(start: int, count: int) -> list[bytes]:
                 return [body(f"obj-{i}", team=f"team-{i}") for i in range(start, start + count)]
 
-            await flood(port, teams(0, 1000))
-            few = max([(await flood(port, teams(1000 + 500 * r, 500)))[1] for r in range(2)])
-            await flood(port, teams(2000, 18_000), timeout=300)
-            many = max([(await flood(port, teams(20_000 + 500 * r, 500)))[1] for r in range(2)])
+            async def rate(start: int) -> float:
+                rounds = [await flood(port, teams(start + 500 * r, 500), retry_503=3) for r in range(3)]
+                return max(r for _, r in rounds)
+
+            await flood(port, teams(0, few_at), retry_503=3)
+            few = await rate(few_at)
+            await flood(port, teams(few_at + 1500, many_at - few_at - 1500), timeout=300, retry_503=3)
+            many = await rate(many_at)
+            total = many_at + 1500
             groups = await proc.metric("notification_noise_keys", kind="groups")
             grouped = await proc.metric("notification_suppressed_total", reason="grouped")
         finally:
             assert await proc.stop() == 0
     print(
-        f"\n[noise] groups: {few:.0f} events/s creating groups 1,000-2,000, {many:.0f} events/s creating "
-        f"groups 20,000-21,000 (ratio {many / few:.2f}); {groups:.0f} groups open"
+        f"\n[noise] groups ({store}): {few:.0f} events/s creating groups from {few_at}, {many:.0f} events/s "
+        f"creating groups from {many_at} (ratio {many / few:.2f}); {groups:.0f} groups open"
     )
-    assert grouped == 21_000 and groups == 21_000
+    assert grouped == total and groups == total
     assert many / few >= GROUP_RATE_RATIO, f"ingest fell from {few:.0f} to {many:.0f} events/s"
     assert sink.unique == 0
 
