@@ -170,8 +170,8 @@ class NoiseMetrics:
         self.untracked = counter(
             registry,
             "notification_noise_untracked_total",
-            "Events noise control let through without its state, by stage (threshold, state, repeat, group) "
-            "and reason (key_limit, group_limit: the Alert's cap was reached; store_error).",
+            "Events noise control let through without its state, by stage (threshold, state, repeat, group, "
+            "thread) and reason (key_limit, group_limit: the Alert's cap was reached; store_error).",
             ["stage", "reason"],
         )
         self.keys = gauge(
