@@ -40,6 +40,7 @@ async def test_a_batch_whose_commit_machinery_fails_does_not_end_the_writer_thre
     async with started(SQLiteStore(tmp_path / "s.db")) as store:
         with pytest.raises(StoreError):
             await store._run(lambda c: c.execute("COMMIT"))
+        assert store._writer is not None and store._writer.alive
         async with asyncio.timeout(10):  # a dead thread: no answer, ever
             await store.append([NewItem("after", "lane", b"x")])
             assert (await store.stats())["lane"].depth == 1
@@ -66,6 +67,7 @@ async def test_while_another_connection_holds_the_lock_calls_fail_in_time_and_wr
             holder.close()
         assert all(isinstance(r, StoreError) for r in results), results
         assert took < 3.0, took  # 0.5 s deadline, a loaded machine
+        assert store._writer is not None and store._writer.alive
         assert await store.stats() == {}  # "not written" was true: nothing appeared after the lock went
         await store.append([NewItem("after", "lane", b"x")])
         assert (await store.stats())["lane"].depth == 1
