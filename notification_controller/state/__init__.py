@@ -112,6 +112,7 @@ def open_store(
             prefix=prefix,
             replicas=int(replicas) if replicas is not None else None,
             windows=windows,
+            retention=retention,
             ack_wait=ack_wait,
             clock=clock,
         )

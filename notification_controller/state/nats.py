@@ -12,7 +12,8 @@ What it creates (idempotently, at ``start``; names shown with the default ``pref
     lease (``AckWait`` = ``ack_wait``) runs out or the holder NAKs it (with a delay for backoff). ``ack``
     removes the message (work-queue). Appends carry ``Nats-Msg-Id`` = the notification id, so an append
     repeated within the stream's ``duplicate_window`` (2 min) is stored once.
-``NC_DEAD`` stream, subjects ``nc.dead.<lane>``, limits retention, ``max_age`` = ``dead_letter_max_age``.
+``NC_DEAD`` stream, subjects ``nc.dead.<lane>``, limits retention, ``max_age`` and ``max_bytes`` from
+``Retention`` (``--store-dead-letter-max-age`` / ``-max-bytes``; JetStream discards the oldest first).
     Dead letters, one JSON document each (payload base64, last error masked by the caller, reason,
     attempts, times). ``replay`` publishes them back to the outbox and deletes them here.
 ``KV nc_state`` bucket, history 1, TTL ``kv_max_age``.
@@ -86,11 +87,10 @@ from nats.js.kv import KeyValue
 
 from ..core.clock import Clock, SystemClock
 from ..errors import StoreError
-from .base import DEFAULT_ACK_WAIT, DeadLetter, KVEntry, LaneStats, Lease, NewItem
+from .base import DEFAULT_ACK_WAIT, DeadLetter, KVEntry, LaneStats, Lease, NewItem, Retention
 
 log = logging.getLogger(__name__)
 
-DEFAULT_DEAD_LETTER_MAX_AGE = 14 * 24 * 3600.0
 DEFAULT_KV_MAX_AGE = 7 * 24 * 3600.0
 H_ID = "Nc-Id"
 H_ENQUEUED = "Nc-Enqueued"
@@ -177,7 +177,7 @@ class NATSStore:
         replicas: int | None = None,
         windows: Sequence[float] = (),
         election_grace: float = DEFAULT_ELECTION_GRACE,
-        dead_letter_max_age: float = DEFAULT_DEAD_LETTER_MAX_AGE,
+        retention: Retention | None = None,
         kv_max_age: float = DEFAULT_KV_MAX_AGE,
         outbox_max_bytes: int = -1,
         fetch_wait: float = 0.05,
@@ -197,7 +197,8 @@ class NATSStore:
         self.windows = tuple(windows)
         self.election_grace = election_grace
         self.clustered = False
-        self.dead_letter_max_age = dead_letter_max_age
+        self.retention = retention
+        """Dead-letter limits; ``None`` (the ``dead-letters`` command): an existing stream's limits are kept."""
         self.kv_max_age = kv_max_age
         self.outbox_max_bytes = outbox_max_bytes
         self.fetch_wait = fetch_wait
@@ -289,7 +290,8 @@ class NATSStore:
                         retention=RetentionPolicy.LIMITS,
                         storage=StorageType.FILE,
                         num_replicas=self.replicas,
-                        max_age=self.dead_letter_max_age,
+                        max_age=self.retention.dead_letter_max_age if self.retention else None,
+                        max_bytes=self.retention.dead_letter_max_bytes if self.retention else None,
                     ),
                 )
                 self._state = await self._bucket(js, self.state_bucket, self.kv_max_age)
@@ -333,7 +335,30 @@ class NATSStore:
                     f"{exc.description or exc}"
                 ) from exc
             return
+        await self._limit(js, config, info)
         await self._scale(js, config.name, info)
+
+    async def _limit(self, js: JetStreamContext, wanted: StreamConfig, info: StreamInfo) -> None:
+        """Bring an existing stream's age and size limits to ``wanted`` (a changed ``--store-dead-letter-*``
+        takes effect on the next start). Limits not given (``None``) are left as they are."""
+        config = info.config
+        changes = {
+            field: value
+            for field in ("max_age", "max_bytes")
+            if (value := getattr(wanted, field)) is not None and getattr(config, field) != value
+        }
+        if not changes:
+            return
+        for field, value in changes.items():
+            setattr(config, field, value)
+        try:
+            await js.update_stream(config)
+        except nats.js.errors.BadRequestError as exc:
+            raise StoreError(
+                f"nats store: stream {wanted.name}: JetStream refused the limits {changes}: "
+                f"{exc.description or exc}"
+            ) from exc
+        log.info("nats store: stream %s limits updated: %s", wanted.name, changes)
 
     async def _scale(self, js: JetStreamContext, name: str, info: StreamInfo) -> None:
         """Bring an existing stream to ``self.replicas``: JetStream adds or removes the copies itself (a

@@ -18,7 +18,7 @@ import pytest
 
 from notification_controller.errors import StoreError
 from notification_controller.state import NewItem, open_store
-from notification_controller.state.base import Lease
+from notification_controller.state.base import Lease, Retention
 from notification_controller.state.nats import NATSAuth, NATSStore
 from tests.support.nats_server import run_nats_server
 
@@ -154,3 +154,27 @@ async def test_unreachable_server_and_credentials(tmp_path: Path) -> None:
         async with client(srv.url, auth=NATSAuth(user="flux", password="nats-pass-1")) as ok:
             await ok.ping()
             assert "nats-pass-1" not in repr(ok.auth)
+
+
+async def _dead_limits(url: str) -> tuple[float | None, int | None]:
+    import nats
+
+    nc = await nats.connect(url)
+    try:
+        info = await nc.jetstream().stream_info("NC_DEAD")
+        return info.config.max_age, info.config.max_bytes
+    finally:
+        await nc.close()
+
+
+async def test_dead_letter_limits_come_from_the_retention_flags_and_follow_a_change(tmp_path: Path) -> None:
+    """``--store-dead-letter-max-age`` / ``-max-bytes`` reach ``NC_DEAD`` (as they reach SQLite's sweep); a
+    changed value updates the existing stream at the next start; the ``dead-letters`` command (no retention)
+    leaves the stream's limits alone."""
+    async with run_nats_server(jetstream=True, store_dir=str(tmp_path / "js")) as srv:
+        async with client(srv.url, retention=Retention(3600.0, 1_000_000)):
+            assert await _dead_limits(srv.url) == (3600.0, 1_000_000)
+        async with client(srv.url, retention=Retention(7200.0, 2_000_000)):
+            assert await _dead_limits(srv.url) == (7200.0, 2_000_000)
+        async with client(srv.url, retention=None):
+            assert await _dead_limits(srv.url) == (7200.0, 2_000_000)
