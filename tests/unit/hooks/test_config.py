@@ -34,7 +34,7 @@ from notification_controller.api.receiver import Receiver
 from notification_controller.errors import ConfigError, ManifestError
 from notification_controller.hooks.config import load_hooks_config
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 CRDS = REPO / "crds"
 EXAMPLES = REPO / "tests" / "data" / "flux-doc-examples"
 HOOK_EXAMPLES = REPO / "examples" / "hooks" / "manifests"

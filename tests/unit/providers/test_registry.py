@@ -13,7 +13,7 @@ from notification_controller.errors import ProviderConfigError
 from notification_controller.providers.base import ProviderOptions
 from notification_controller.providers.registry import create_notifier, registered_types
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def crd_enum() -> set[str]:

@@ -29,9 +29,13 @@ from notification_controller.core.redact import (
     MASK,
     MIN_LEN,
     Redactor,
+    SecretValue,
     basic_credentials,
     credential_echoes,
+    mask_token,
     mask_values,
+    redact_url,
+    redact_urls_in,
     secret_mask_values,
 )
 from notification_controller.store.base import ObjectStore, secret_data
@@ -293,3 +297,31 @@ def test_log_lines_stay_readable_and_structured_fields_are_masked(restore_loggin
     assert record["namespace"] == "flux-system"
     assert record["error"] == f"bad {MASK}"
     assert PASSWORD not in line
+
+
+# ---- tokens as Flux masks them, values that never print, URLs (from the old test_core_logic) -----------
+def test_mask_token_reproduces_flux_quirk() -> None:
+    # §9: the regexp is QuoteMeta(token)+"*", so the last character may repeat or be absent ("ab" too)
+    assert mask_token("token abc and abcc and ab and a", "abc") == "token ***** and ***** and ***** and a"
+    assert mask_token("nothing", "  ") == "nothing"
+
+
+def test_secret_value_never_prints() -> None:
+    secret = SecretValue("hunter2-canary")
+    assert "hunter2" not in str(secret) + repr(secret) + f"{secret}" + str([secret])
+    assert secret.reveal() == "hunter2-canary"
+
+
+def test_redact_url_and_urls_in_text() -> None:
+    assert redact_url("https://hooks.slack.com/services/T0/B0/XXXX") == "https://hooks.slack.com/***"
+    assert redact_url("https://user:pass@example.com:8443/") == "https://example.com:8443"
+    text = redact_urls_in("Cannot connect to host https://u:p@h.example/secret-path?token=1 ssl:default")
+    assert "secret-path" not in text and "u:p" not in text and "h.example" in text
+
+
+@given(st.text(min_size=8, max_size=30).filter(lambda s: s.strip() == s and s), st.text(max_size=60))
+def test_redactor_never_leaks_a_known_secret(secret: str, noise: str) -> None:
+    # Whole values of 8+ characters (issue 16: "flux" must not wreck "flux-system"); the tests above
+    redactor = Redactor([secret])
+    if secret not in noise:
+        assert secret not in redactor(noise + " " + secret + "\n" + noise)

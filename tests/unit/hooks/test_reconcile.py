@@ -578,10 +578,18 @@ async def test_error_answer_reads_status_and_body_from_the_error(http: OutboundH
             await http.send(OutboundRequest("POST", server.url + "/x"), timeout=2, retry=False)
         assert error_answer(info.value) == (418, '{"message": "teapot", "permanent": true}')
         assert info.value.failure is FailureReason.CLIENT_ERROR
-        reworded = DeliveryError("something else entirely", status=418, body="{}")
+        reworded = DeliveryError(
+            "something else entirely", failure=FailureReason.CLIENT_ERROR, status=418, body="{}"
+        )
         assert error_answer(reworded) == (418, "{}")
         assert (
-            error_answer(DeliveryError("request failed with status code 500: looks like an answer")) is None
+            error_answer(
+                DeliveryError(
+                    "request failed with status code 500: looks like an answer",
+                    failure=FailureReason.SERVER_ERROR,
+                )
+            )
+            is None
         )
 
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from notification_controller.api.event import Event, EventDecodeError
+from notification_controller.api.event import Event, EventDecodeError, ObjectReference
 
 
 def test_zero_event_matches_flux_test_vector() -> None:
@@ -105,3 +105,9 @@ def test_revision_lookup_order() -> None:
     assert Event(metadata={"revision": "r", "originRevision": "o"}).revision() == "o"
     assert Event(metadata={"revision": "r", "commit": "c"}).revision() == "c"
     assert Event(metadata={}).revision() is None
+
+
+def test_object_reference_group() -> None:
+    ks = "kustomize.toolkit.fluxcd.io"
+    assert ObjectReference(apiVersion="v1").group == ""
+    assert ObjectReference(apiVersion=f"{ks}/v1").group == ks

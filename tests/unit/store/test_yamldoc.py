@@ -16,7 +16,7 @@ from notification_controller.store import yamldoc
 from notification_controller.store.local import _UID_NS, stable_uid
 
 REFERENCE = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def reference(text: str) -> Any:
