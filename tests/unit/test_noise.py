@@ -40,9 +40,10 @@ from notification_controller.core.noise import (
     threshold_step,
 )
 from notification_controller.dispatch.model import Draft, Drop, Notification
-from notification_controller.dispatch.noise import NoiseControl, NoiseSettings
+from notification_controller.dispatch.noise import SCAN_PER_TICK, NoiseControl, NoiseSettings
 from notification_controller.errors import StoreError
 from notification_controller.metrics import NoiseMetrics
+from notification_controller.state.base import KVEntry
 from notification_controller.state.memory import MemoryStore
 from notification_controller.store.base import ObjectStore
 
@@ -563,3 +564,34 @@ async def test_an_upgrade_flushes_the_groups_of_the_old_index_and_expires_it() -
     rig.clock.advance(31)
     assert await rig.state.kv_get(legacy_key) is None
     assert legacy_group_index(b"not json") == [] and legacy_group_index(b'{"a": 1}') == []
+
+
+class CountingStore(MemoryStore):
+    durable = True  # as SQLite or NATS: groups are listed in slots
+    reads = 0
+
+    async def kv_get(self, key: str) -> KVEntry | None:
+        self.reads += 1
+        return await super().kv_get(key)
+
+
+async def test_reading_the_slots_is_spread_over_ticks() -> None:
+    """Another process's 1,000 open groups are found a bounded number of reads per tick at a time."""
+    clock = ManualClock()
+    store = CountingStore(clock=clock)
+    rig = Rig()
+    rig.state, rig.clock = store, clock
+    rig.noise = NoiseControl(store, rig.objects, clock, rig._enqueue, NoiseSettings(max_groups=5000))
+    a = alert(groupBy=["metadata.team"], groupWait="10m")
+    rig.objects.upsert(a)
+    for i in range(1000):
+        await rig.run(a, event(f"o{i}", "error", team=f"t{i}"))
+    other = NoiseControl(store, rig.objects, clock, rig._enqueue)
+    per_tick: list[int] = []
+    while not per_tick or per_tick[-1]:  # until a tick reads nothing: every slot read, the next pass later
+        store.reads = 0
+        await other.flush_due()
+        per_tick.append(store.reads)
+        assert len(per_tick) < 20
+    assert len(other._flush_at) == 1000, "every group of the other process found"
+    assert max(per_tick) <= 2 * SCAN_PER_TICK + 2 and len(per_tick) > 1000 // SCAN_PER_TICK
