@@ -8,7 +8,7 @@ and this module drains the outbox:
   *leases* the next due item, hands it to ``deliver`` and then acknowledges it, NAKs it with a delay, or
   moves it to the dead letters. A replica killed while it holds a lease loses nothing: the lease runs out
   and the item is due again (on NATS, on any replica);
-* **backoff with jitter** between attempts (``RetryPolicy``: doubling from ``base`` up to ``cap``, half of
+* **backoff with jitter** between attempts (``RedeliveryPolicy``: ``lib.backoff``'s doubling from ``base`` up to ``cap``, half of
   each delay random so that a recovered provider is not hit by every lane at once), and a provider's
   ``Retry-After`` honoured when it asks for longer;
 * a **circuit breaker** per lane (``CircuitBreaker``): after ``threshold`` consecutive failures the lane
@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 from ..core.clock import Clock, SystemClock
 from ..errors import StoreError
+from ..lib.backoff import backoff
 from ..settings import EventSettings, Settings, StoreSettings
 from ..state.base import LaneStats, Lease, Store
 
@@ -65,7 +66,10 @@ Deliver = Callable[[Lease], Awaitable[Result]]
 
 
 @dataclass(frozen=True)
-class RetryPolicy:
+class RedeliveryPolicy:
+    """When the outbox redelivers a notification whose delivery failed (not ``outbound.RetryPolicy``, which
+    retries one request inside one delivery)."""
+
     base: float = StoreSettings.retry_base
     cap: float = StoreSettings.retry_cap
     retry_after_cap: float = 3600.0
@@ -76,7 +80,7 @@ class RetryPolicy:
     ) -> float:
         """Seconds before the next attempt after ``attempts`` failed ones: equal jitter over an
         exponential delay, never shorter than what the provider asked for (bounded)."""
-        ceiling = min(self.cap, self.base * 2.0 ** max(0, min(attempts - 1, 62)))
+        ceiling = backoff(attempts - 1, self.base, self.cap)
         delay = ceiling / 2 + (rng or random).uniform(0.0, ceiling / 2)
         if retry_after is not None and retry_after > 0:
             delay = max(delay, min(retry_after, self.retry_after_cap))
@@ -153,7 +157,7 @@ class DurableSettings:
     """``--delivery-max-age``: an item older than this is dead-lettered instead of retried."""
     concurrency: int = EventSettings.provider_concurrency
     poll_interval: float = 1.0
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    retry: RedeliveryPolicy = field(default_factory=RedeliveryPolicy)
     breaker_threshold: int = StoreSettings.breaker_threshold
     breaker_cooldown: float = StoreSettings.breaker_cooldown
 
@@ -163,7 +167,7 @@ class DurableSettings:
         return cls(
             max_age=store.delivery_max_age,
             concurrency=s.events.provider_concurrency,
-            retry=RetryPolicy(base=store.retry_base, cap=store.retry_cap),
+            retry=RedeliveryPolicy(base=store.retry_base, cap=store.retry_cap),
             breaker_threshold=store.breaker_threshold,
             breaker_cooldown=store.breaker_cooldown,
         )

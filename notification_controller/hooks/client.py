@@ -32,10 +32,10 @@ import orjson
 from ..api.common import Secret
 from ..api.hooks import ServiceReference
 from ..core.redact import SecretValue, mask_token, redact_url
-from ..errors import ConfigError, DeliveryError, HookError, KubeError
+from ..errors import ConfigError, DeliveryError, FailureReason, HookError, KubeError
+from ..lib.backoff import backoff
 from ..lib.signing import hmac_signature
 from ..outbound import OutboundHTTP, OutboundRequest
-from ..outbound.retry import backoff
 from ..providers.options import tls_context
 from ..store.base import Cluster, ObjectStore
 from .registry import BoundHook
@@ -250,7 +250,7 @@ class HookClient:
     def _classify(self, target: HookTarget, exc: DeliveryError) -> HookCallError:
         answer = error_answer(exc)
         if answer is None:
-            if exc.reason == "timeout":
+            if exc.failure is FailureReason.TIMEOUT:
                 return self._timed_out(target)
             return HookCallError(
                 f"hook '{target.name}' could not be reached at {redact_url(target.url)}: "

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import email.utils
 import logging
 import os
 import time
@@ -42,6 +41,7 @@ import orjson
 
 from ..core.apiref import build_api_path
 from ..errors import KubeError
+from ..lib.retryafter import parse_retry_after
 from . import library
 
 log = logging.getLogger(__name__)
@@ -103,28 +103,6 @@ class TokenBucket:
 
 
 # ---- error translation (pure) ---------------------------------------------------------------------
-def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
-    """``Retry-After`` as seconds (delta-seconds or an HTTP date); None when absent or invalid."""
-    if value is None:
-        return None
-    value = value.strip()
-    if not value:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError):
-            return None
-        if when.tzinfo is None:
-            return None
-        seconds = when.timestamp() - (time.time() if now is None else now)
-    if seconds != seconds or seconds < 0:  # NaN or negative
-        return 0.0 if seconds == seconds else None
-    return seconds
-
-
 def status_error(
     method: str, path: str, status: int, body: bytes | str | None, headers: Mapping[str, str] | None = None
 ) -> KubeError:

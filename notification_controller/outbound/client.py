@@ -1,22 +1,43 @@
 """The ONE outbound HTTP path. Providers never create a client or a retry loop of their own.
 
-Two transports behind one ``send``: a request with no proxy goes through ``h1client.H1Client`` (our HTTP/1.1
-client on llhttp, a third of aiohttp's CPU per request, issue 17); a proxied one (HTTP CONNECT, SOCKS, or
-from the environment) through aiohttp. Both get the same headers (``request.wire_headers``: framing headers
-dropped, control and non-ASCII characters refused), TLS context, redirect rule, body cap, response-head
-limits, deadline, retries, failure reasons and error texts (issue 23 item 13; ``tests/adversarial/
-test_transport_parity.py`` runs one hostile-server battery against both). No compressed answers are asked
-for (bodies are not decompressed).
+``OutboundHTTP.send`` owns what is the same whichever library carries the bytes: the headers
+(``request.wire_headers``: framing headers dropped, control and non-ASCII characters refused), the
+``Idempotency-Key``, Basic auth, same-origin redirects, the body cap, the status classification, the one
+deadline per delivery, the retries and the masking of error texts. A ``transport.Transport`` sends one
+exchange and raises typed ``TransportError`` s (issue 24 item 2: no class-name matching anywhere).
 
-Owns the pooled ``aiohttp.ClientSession``, the per-delivery time budget (``spec.timeout`` covers all
-attempts, as Flux's context deadline does), proxies, TLS, retries (tenacity, driven by the pure
-``retry`` module: at most 5 attempts, 2 s·2ⁿ capped at 30 s, ``Retry-After`` honoured when it fits in
-the budget), response bodies capped at 64 KiB, and redaction: error texts carry no token, password or
-webhook URL. Redirects are followed only to the same scheme, host and port (Flux follows any; an
-authenticated request must never be replayed to another host, checklist E7).
+Owns the per-delivery time budget (``spec.timeout`` covers all attempts, as Flux's context deadline does),
+retries (ONE loop on tenacity, driven by the pure ``retry`` module: at most 5 attempts, ``lib.backoff``'s
+2 s·2ⁿ capped at 30 s, ``Retry-After`` from ``lib.retryafter`` honoured when it fits in the budget, and a
+wait that would overrun the budget gives up at once with the last error), response bodies capped at 64 KiB,
+and redaction: error texts carry no token, password or webhook URL. Redirects are followed only to the same
+scheme, host and port (Flux follows any; an authenticated request must never be replayed to another host,
+checklist E7). No compressed answers are asked for (bodies are not decompressed).
 
-``aiohttp_socks`` is imported with the first SOCKS proxy and ``tenacity`` with the first retry (issue 17):
-most processes never use a SOCKS proxy, and most deliveries succeed at once.
+Which transport (the decision issue 24 item 2 asks to record)
+-------------------------------------------------------------
+Two adapters stay behind the one protocol, chosen per exchange by ``_transport_for`` (not inside the loop):
+
+* ``h1client.H1Client`` for every request without a proxy to an http(s) URL: measured after the issue-23
+  hardening at ~36-40 µs of CPU per POST against aiohttp's ~115-165 µs (16 concurrent POSTs to a local
+  sink, ``bench/``), and it passes the same hostile-server battery as aiohttp
+  (``tests/adversarial/test_transport_parity.py``). A delivered notification is one such POST, so this is
+  most of the outbound CPU the controller spends.
+* ``proxied.AiohttpTransport`` (aiohttp, aiohttp_socks) for proxied requests (HTTP CONNECT, SOCKS, the
+  environment's proxy) and for the rare URL the direct client does not send (credentials in the URL).
+
+Why not one client yet: moving CONNECT (TLS to the origin inside the tunnel, ``Proxy-Authorization`` from
+the proxy URL's userinfo) and SOCKS (``python_socks.async_.asyncio`` opening the tunnel socket, handed to
+``loop.create_connection(sock=...)``) into ``h1client`` is small code, but each needs the parity battery run
+through it and a proxy-specific battery (407, a proxy that closes mid-CONNECT, a SOCKS refusal, a proxy that
+answers the CONNECT with a body) that did not fit in the round that introduced this seam (issue 24, 2026-11-27).
+Proxied deliveries are rare (one setting per Provider), so aiohttp's extra ~100 µs there costs little; the
+seam makes the move one adapter swap, with the battery already parametrised over both paths.
+
+The retry loop: tenacity's ``AsyncRetrying`` is built once per client (its strategies are pure) and copied
+per delivery; the first attempt runs before tenacity is entered, inside the same ``for``: not a second
+mechanism, only the common case (a delivery that succeeds at once) not paying for tenacity's per-attempt
+bookkeeping. Measured: see ``tests/unit/test_outbound_retry.py`` and the report of issue 24.
 """
 
 from __future__ import annotations
@@ -25,28 +46,25 @@ import asyncio
 import base64
 import contextvars
 import functools
-import io
 import logging
 import ssl
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 from urllib.parse import urljoin, urlsplit
 from urllib.request import getproxies, proxy_bypass
 
-import aiohttp
-from yarl import URL
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
+from tenacity.stop import stop_base
 
 from ..core.redact import address_forms, credential_echoes, mask_token, redact_url, redact_urls_in
 from ..errors import DeliveryError, FailureReason, PermanentDeliveryError, RetryableDeliveryError
-from .h1client import MAX_FIELD, MAX_HEADERS, H1Client
+from ..lib.backoff import backoff
 from .h1client import METHODS as DIRECT_METHODS
+from .h1client import H1Client, direct_target
+from .proxied import AiohttpTransport
 from .request import InvalidHeader, OutboundRequest, OutboundResponse, wire_headers
-from .retry import backoff, classify_exception, classify_status, describe_exception, failure_of
-
-if TYPE_CHECKING:
-    from tenacity import RetryCallState
+from .retry import classify_status, classify_transport
+from .transport import Exchange, Transport, TransportError
 
 log = logging.getLogger(__name__)
 
@@ -56,12 +74,12 @@ it as ``Idempotency-Key`` (IETF httpapi-idempotency-key-header), on every attemp
 redeliveries. A header of that name from the Provider's own headers wins."""
 
 MAX_REDIRECTS = 10
-MAX_SOCKS_SESSIONS = 32
-SOCKS_SCHEMES = ("socks5://", "socks5h://", "socks4://")
 
 
 @dataclass(frozen=True)
 class RetryPolicy:
+    """How ``OutboundHTTP`` retries one request: attempts, ``lib.backoff``'s bounds, the body cap."""
+
     max_attempts: int = 5
     wait_min: float = 2.0
     wait_max: float = 30.0
@@ -127,101 +145,18 @@ class OutboundHTTP:
     ) -> None:
         self.policy = policy or RetryPolicy()
         self._user_agent = user_agent
-        self._session: aiohttp.ClientSession | None = None
         self._env_proxies: dict[str, str] = {}
-        # SOCKS proxies work at the connector level in aiohttp: one pooled session per proxy URL.
-        self._socks_sessions: OrderedDict[str, aiohttp.ClientSession] = OrderedDict()
-        # aiohttp_socks' ProxyError once a SOCKS session exists (only its connector raises it): () before
-        self._proxy_errors: tuple[type[Exception], ...] = ()
         self.attempts = 0  # total attempts made (observability and tests)
-        self._direct = H1Client()  # requests without a proxy (h1client.py); the others go through aiohttp
+        self._direct = H1Client(user_agent=user_agent)
+        self._proxied = AiohttpTransport(user_agent=user_agent)
+        self._retrying: AsyncRetrying | None = None
 
     async def start(self) -> None:
-        if self._session is None:
-            connector = aiohttp.TCPConnector(limit=512, limit_per_host=64, ttl_dns_cache=30)
-            self._session = aiohttp.ClientSession(
-                connector=connector,
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
-                headers={"User-Agent": self._user_agent},
-                # trust_env would read netrc and the proxy environment in a thread for every request
-                # (a fifth of the dispatch CPU): resolve the environment proxies once instead.
-                trust_env=False,
-                auto_decompress=False,
-                skip_auto_headers=("Accept-Encoding",),  # bodies are not decompressed: do not ask for gzip
-                # the answer's head: aiohttp's defaults, written down so both transports keep one limit
-                max_line_size=MAX_FIELD,
-                max_field_size=MAX_FIELD,
-                max_headers=MAX_HEADERS,
-                # No cookie jar, as Flux's Go client (``Jar`` nil): a cookie one Provider's endpoint sets
-                # is never sent with another's request through this shared session; and no cookie
-                # bookkeeping per request (issue 17).
-                cookie_jar=aiohttp.DummyCookieJar(),
-            )
-            self._env_proxies = {k: v for k, v in getproxies().items() if k in ("http", "https")}
+        self._env_proxies = {k: v for k, v in getproxies().items() if k in ("http", "https")}
 
     async def close(self) -> None:
         await self._direct.close()
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
-        while self._socks_sessions:
-            _, session = self._socks_sessions.popitem()
-            await session.close()
-
-    async def _session_for(self, proxy: str | None) -> tuple[aiohttp.ClientSession, str | None]:
-        """The session and the per-request proxy for ``proxy`` (http/https per request, socks per session)."""
-        if proxy is None or not proxy.startswith(SOCKS_SCHEMES):
-            return self.session, proxy
-        session = self._socks_sessions.get(proxy)
-        if session is None:
-            from aiohttp_socks import ProxyConnector, ProxyError  # with the first SOCKS proxy
-
-            self._proxy_errors = (ProxyError,)
-            connector = ProxyConnector.from_url(proxy, limit=64, rdns=True)
-            session = aiohttp.ClientSession(
-                connector=connector,
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
-                headers={"User-Agent": self._user_agent},
-                trust_env=False,
-                auto_decompress=False,
-                skip_auto_headers=("Accept-Encoding",),  # bodies are not decompressed: do not ask for gzip
-                cookie_jar=aiohttp.DummyCookieJar(),
-                # the answer's head: aiohttp's defaults, written down so both transports keep one limit
-                max_line_size=MAX_FIELD,
-                max_field_size=MAX_FIELD,
-                max_headers=MAX_HEADERS,
-            )
-            self._socks_sessions[proxy] = session
-            if len(self._socks_sessions) > MAX_SOCKS_SESSIONS:
-                _, oldest = self._socks_sessions.popitem(last=False)
-                await oldest.close()
-        else:
-            self._socks_sessions.move_to_end(proxy)
-        return session, None
-
-    def _direct_headers(self, headers: Mapping[str, str], body: bytes) -> list[tuple[str, str]]:
-        """The request's headers, one per name (a Secret's ``content-type`` overrides the Provider's
-        ``Content-Type``), plus what aiohttp's session would add that a receiver may look at: the User-Agent,
-        ``Accept: */*``, a Content-Type for a body without one (``application/octet-stream``). No
-        ``Accept-Encoding``: the body is not decompressed (a compressed error text would be unreadable)."""
-        out: list[tuple[str, str]] = []
-        names: dict[str, int] = {}
-        for name, value in headers.items():
-            # one line per name, the last value winning, as aiohttp's multidict and Go's Header.Set make it
-            lower = name.lower()
-            at = names.get(lower)
-            if at is None:
-                names[lower] = len(out)
-                out.append((name, value))
-            else:
-                out[at] = (name, value)
-        if "user-agent" not in names:
-            out.insert(0, ("User-Agent", self._user_agent))
-        if "accept" not in names:
-            out.append(("Accept", "*/*"))
-        if body and "content-type" not in names:
-            out.append(("Content-Type", "application/octet-stream"))
-        return out
+        await self._proxied.close()
 
     def _env_proxy(self, url: str) -> str | None:
         """HTTP(S)_PROXY from the environment (read once), honouring NO_PROXY."""
@@ -233,11 +168,11 @@ class OutboundHTTP:
             return None
         return proxy
 
-    @property
-    def session(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            raise RuntimeError("OutboundHTTP.start() was not called")
-        return self._session
+    def _transport_for(self, method: str, url: str, proxy: str | None) -> Transport:
+        """The direct client for an unproxied http(s) request it can send; aiohttp for the rest."""
+        if proxy is None and method in DIRECT_METHODS and direct_target(url) is not None:
+            return self._direct
+        return self._proxied
 
     async def send(
         self,
@@ -258,21 +193,14 @@ class OutboundHTTP:
         # context manager (two coroutines and a Timeout object per delivery, issue 17).
         guard = _Deadline()
         handle = loop.call_at(deadline, guard.expire)
+        attempt = functools.partial(self._attempt, request, proxy, tls, masks, check, body_limit)
         try:
-            # Fast path: most deliveries succeed at once, without building a tenacity loop.
             try:
-                return await self._attempt(request, proxy, tls, masks, check, body_limit)
+                return await attempt()
             except RetryableDeliveryError as first:
                 if not retry or self.policy.max_attempts <= 1:
                     raise
-                first_delay = first.retry_after
-                if first_delay is None:
-                    first_delay = backoff(0, self.policy.wait_min, self.policy.wait_max)
-                if first_delay >= deadline - loop.time():
-                    raise
-                await asyncio.sleep(first_delay)
-            again = functools.partial(self._attempt, request, proxy, tls, masks, check, body_limit)
-            return await self._retry(again, deadline)
+                return await self._retry(first, attempt, deadline)
         except asyncio.CancelledError:
             if not guard.timed_out():
                 raise
@@ -288,41 +216,38 @@ class OutboundHTTP:
         )
 
     async def _retry(
-        self, attempt_once: Callable[[], Awaitable[OutboundResponse]], deadline: float
+        self,
+        first: RetryableDeliveryError,
+        attempt: Callable[[], Awaitable[OutboundResponse]],
+        deadline: float,
     ) -> OutboundResponse:
-        """The attempts after the first (tenacity, imported with the first retry)."""
-        from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
+        """THE retry loop (tenacity). The attempt ``send`` already made is tenacity's attempt 1: its error is
+        replayed as that attempt's outcome, so every wait, stop and give-up decision is tenacity's, and a
+        delivery that succeeds at once never builds a ``Retrying`` (~20 µs of CPU, half a direct POST)."""
+        pending: RetryableDeliveryError | None = first
 
-        loop = asyncio.get_running_loop()
-        policy = self.policy
+        async def replay_then_attempt() -> OutboundResponse:
+            nonlocal pending
+            if pending is not None:
+                error, pending = pending, None
+                raise error
+            return await attempt()
 
-        def wait(state: RetryCallState) -> float:
-            exc = state.outcome.exception() if state.outcome else None
-            # attempt_number counts from the first attempt made before tenacity took over
-            delay = backoff(state.attempt_number, policy.wait_min, policy.wait_max)
-            if isinstance(exc, RetryableDeliveryError) and exc.retry_after is not None:
-                delay = exc.retry_after
-            remaining = deadline - loop.time()
-            if delay >= remaining:
-                # Waiting would overrun the budget: give up now with the last error.
-                raise (
-                    exc
-                    if exc is not None
-                    else DeliveryError("timed out", reason="timeout", failure=FailureReason.TIMEOUT)
-                )
-            return delay
+        retrying = self._retrying_for(deadline)
+        return await retrying(replay_then_attempt)
 
-        async for attempt in AsyncRetrying(
-            stop=stop_after_attempt(policy.max_attempts - 1),
-            wait=wait,
-            retry=retry_if_exception_type(RetryableDeliveryError),
-            reraise=True,
-        ):
-            with attempt:
-                return await attempt_once()
-        raise DeliveryError(
-            "no attempt was made", reason="internal", failure=FailureReason.INTERNAL
-        )  # unreachable: reraise=True
+    def _retrying_for(self, deadline: float) -> AsyncRetrying:
+        """tenacity's loop for one delivery: built once per client, copied with this delivery's deadline."""
+        attempts = stop_after_attempt(self.policy.max_attempts)
+        if self._retrying is None:
+            self._retrying = AsyncRetrying(
+                sleep=_sleep,
+                stop=attempts,
+                wait=functools.partial(_wait, self.policy),
+                retry=retry_if_exception_type(RetryableDeliveryError),
+                reraise=True,
+            )
+        return self._retrying.copy(stop=attempts | _WaitPastDeadline(deadline))
 
     async def _attempt(
         self,
@@ -337,13 +262,13 @@ class OutboundHTTP:
         url = request.url
         try:
             origin = _origin(url)
-        except ValueError:  # e.g. "http://[::1/x": never reaches aiohttp, and never escapes as a ValueError
+        except ValueError:  # e.g. "http://[::1/x": never reaches a transport, never escapes as a ValueError
             raise PermanentDeliveryError(
                 f"{request.method} {redact_url(url)}: invalid URL",
                 reason="invalid_url",
                 failure=FailureReason.INVALID_REQUEST,
             ) from None
-        headers: Mapping[str, str] = request.headers  # read only: aiohttp copies it into its own multidict
+        headers: Mapping[str, str] = request.headers  # read only: a transport copies what it changes
         key = IDEMPOTENCY_KEY.get()
         if key and not any(name.lower() == "idempotency-key" for name in headers):
             headers = {**headers, "Idempotency-Key": key}
@@ -359,41 +284,12 @@ class OutboundHTTP:
                 reason="invalid_header",
                 failure=FailureReason.INVALID_REQUEST,
             ) from None
+        limit = body_limit or self.policy.body_limit
         try:
-            if proxy is None:  # the common case, without a coroutine
-                session, request_proxy = self.session, None
-            else:
-                session, request_proxy = await self._session_for(proxy)
-            limit = body_limit or self.policy.body_limit
             for _ in range(MAX_REDIRECTS + 1):
-                via = request_proxy or (self._env_proxy(url) if self._env_proxies else None)
-                direct = _direct_target(url) if proxy is None and via is None else None
-                if direct is not None and request.method in DIRECT_METHODS:
-                    scheme, host, port, target = direct
-                    status, answer_headers, body = await self._direct.request(
-                        request.method,
-                        scheme,
-                        host,
-                        port,
-                        target,
-                        self._direct_headers(headers, request.body),
-                        request.body,
-                        tls=tls,
-                        body_limit=limit,
-                    )
-                    response = OutboundResponse(status, answer_headers, body)
-                else:
-                    async with session.request(
-                        request.method,
-                        url,
-                        proxy=via,
-                        data=_payload(request.body),
-                        headers=headers,
-                        ssl=tls if tls is not None else True,
-                        allow_redirects=False,
-                    ) as resp:
-                        body = await resp.content.read(limit)
-                        response = OutboundResponse(resp.status, dict(resp.headers), body)
+                via = proxy or (self._env_proxy(url) if self._env_proxies else None)
+                exchange = Exchange(request.method, url, headers, request.body, tls, limit, via)
+                response = await self._transport_for(request.method, url, via).send(exchange)
                 if response.status in (301, 302, 303, 307, 308) and "Location" in response.headers:
                     target = urljoin(url, response.headers["Location"])
                     if _origin(target) != origin:
@@ -411,25 +307,17 @@ class OutboundHTTP:
                     reason="redirect_loop",
                     failure=FailureReason.REDIRECT,
                 )
-        except DeliveryError:
-            raise
-        except self._proxy_errors as exc:
-            # the SOCKS proxy refused (bad credentials, target not allowed): not transient
-            raise PermanentDeliveryError(
-                _mask(f"{request.method} {redact_url(request.url)}: SOCKS proxy error: {exc}", masks),
-                reason="proxy",
-                failure=FailureReason.CONNECTION,
-            ) from None
-        except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
-            verdict = classify_exception(exc)
+        except TransportError as exc:
+            verdict = classify_transport(exc)
             # Go's shape (`Post "https://host/***": connection refused`): the quotes end the URL for the masking.
-            message = _mask(f'{request.method} "{redact_url(request.url)}": {describe_exception(exc)}', masks)
-            if verdict.retry:
-                raise RetryableDeliveryError(
-                    message, reason=verdict.reason, failure=failure_of(verdict)
-                ) from None
+            message = _mask(f'{request.method} "{redact_url(request.url)}": {exc.detail}', masks)
+            error = RetryableDeliveryError if verdict.retry else PermanentDeliveryError
+            raise error(message, reason=verdict.reason, failure=verdict.failure) from None
+        except ValueError:  # a Location the URL parser refuses
             raise PermanentDeliveryError(
-                message, reason=verdict.reason, failure=failure_of(verdict)
+                _mask(f'{request.method} "{redact_url(request.url)}": invalid redirect', masks),
+                reason="invalid_url",
+                failure=FailureReason.INVALID_REQUEST,
             ) from None
         if response.status < 200 or response.status >= 300:
             verdict = classify_status(response.status, response.headers)
@@ -441,42 +329,46 @@ class OutboundHTTP:
             shown = _mask(response.text(), [*echoes, *masks])[:1024]
             text = _mask(f"request failed with status code {response.status}: {shown}", masks)
             status = response.status
-            failure = failure_of(verdict, status)
             if verdict.retry:
                 raise RetryableDeliveryError(
                     text,
                     reason=verdict.reason,
-                    failure=failure,
+                    failure=verdict.failure,
                     status=status,
                     body=shown,
                     retry_after=verdict.retry_after,
                 )
             raise PermanentDeliveryError(
-                text, reason=verdict.reason, failure=failure, status=status, body=shown
+                text, reason=verdict.reason, failure=verdict.failure, status=status, body=shown
             )
         if check is not None:
             check(response)
         return response
 
 
-@functools.lru_cache(maxsize=256)  # the same few Provider addresses, every delivery
-def _direct_target(url: str) -> tuple[str, str, int, str] | None:
-    """(scheme, host, port, path and query) as aiohttp would send them (yarl's encoding), or None when the
-    URL needs aiohttp: not http(s), credentials in it, no host."""
-    parsed = URL(url)
-    host = parsed.raw_host
-    if parsed.scheme not in ("http", "https") or not host or parsed.raw_user or parsed.raw_password:
-        return None
-    port = parsed.port or (443 if parsed.scheme == "https" else 80)
-    return parsed.scheme, host, port, parsed.raw_path_qs or "/"
+async def _sleep(seconds: float) -> None:
+    await asyncio.sleep(seconds)  # looked up at call time: a test's virtual clock (looptime) applies
 
 
-def _payload(body: bytes) -> bytes | io.BytesIO | None:
-    """Bodies over 1 MiB (a 1 MiB event message) go as a stream: aiohttp warns that raw bytes that large
-    may block the loop. A fresh stream per request, so retries and redirects resend the whole body."""
-    if not body:
-        return None
-    return io.BytesIO(body) if len(body) > 1 << 20 else body
+def _wait(policy: RetryPolicy, state: RetryCallState) -> float:
+    """The wait before the next attempt: the receiver's ``Retry-After`` when it gave one, else the backoff
+    (``attempt_number`` counts from 1, the backoff's attempt from 0)."""
+    exc = state.outcome.exception() if state.outcome is not None else None
+    if isinstance(exc, RetryableDeliveryError) and exc.retry_after is not None:
+        return exc.retry_after
+    return backoff(state.attempt_number - 1, policy.wait_min, policy.wait_max)
+
+
+class _WaitPastDeadline(stop_base):
+    """Stop (re-raising the last error) when the coming wait would end at or past the delivery's deadline:
+    a ``Retry-After`` or backoff that does not fit is not waited for, as Flux's context deadline would cut
+    it anyway. tenacity computes the wait before it asks ``stop`` (``upcoming_sleep``)."""
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+
+    def __call__(self, retry_state: RetryCallState) -> bool:
+        return retry_state.upcoming_sleep >= self.deadline - asyncio.get_running_loop().time()
 
 
 def _no_proxy(host: str) -> bool:

@@ -40,14 +40,34 @@ raises it), ``ServerDisconnectedError``, ``InvalidResponse`` and ``InvalidReques
 from __future__ import annotations
 
 import asyncio
+import functools
 import socket
 import ssl
 import time
 from collections import deque
+from collections.abc import Mapping
 
 import httptools
+from yarl import URL
 
-from .request import FRAMING  # the URL's host and the body's length are this client's, never a caller's
+from .request import (
+    FRAMING,  # the URL's host and the body's length are this client's, never a caller's
+    OutboundResponse,
+)
+from .transport import (
+    ConnectError,
+    Disconnected,
+    DNSError,
+    Exchange,
+    InvalidHeader,
+    InvalidRequest,
+    InvalidResponse,
+    TLSError,
+    TLSVerificationError,
+    TransportTimeout,
+    os_error_detail,
+    tls_verification_detail,
+)
 
 IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
 METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE"})  # HEAD's answer has no body: aiohttp's
@@ -61,26 +81,6 @@ MAX_IDLE = 100
 MAX_HEADERS = 128
 MAX_FIELD = 8190
 MAX_HEAD = 1 << 20
-
-
-class ServerDisconnectedError(ConnectionError):
-    """The server closed the connection before a complete answer."""
-
-
-class HostNotFound(OSError):
-    """DNS resolution failed."""
-
-
-class InvalidResponse(ValueError):
-    """The answer is not HTTP/1.1 we can read; ``detail`` says why in words shown to users (no server bytes)."""
-
-    def __init__(self, detail: str) -> None:
-        super().__init__(f"invalid HTTP response: {detail}")
-        self.detail = detail
-
-
-class InvalidRequest(ValueError):
-    """A header name or value would break the request (a line break in it)."""
 
 
 # scheme, host, port and the TLS context itself (not its id: a pooled connection verified under one context
@@ -168,7 +168,7 @@ class _Connection(asyncio.Protocol):
             # says what the server did), so it is returned as the proxied path's read returns it, not resent
             self._complete(reusable=False)
             return
-        error = ServerDisconnectedError("server closed the connection")
+        error = Disconnected()
         if exc is not None:
             error.__cause__ = exc
         self._finish_error(error)
@@ -279,6 +279,18 @@ class _Connection(asyncio.Protocol):
             self.transport.abort()
 
 
+@functools.lru_cache(maxsize=256)  # the same few Provider addresses, every delivery
+def direct_target(url: str) -> tuple[str, str, int, str] | None:
+    """(scheme, host, port, path and query) as aiohttp would send them (yarl's encoding), or None when this
+    client cannot send to the URL: not http(s), credentials in it, no host."""
+    parsed = URL(url)
+    host = parsed.raw_host
+    if parsed.scheme not in ("http", "https") or not host or parsed.raw_user or parsed.raw_password:
+        return None
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    return parsed.scheme, host, port, parsed.raw_path_qs or "/"
+
+
 def _keep_alive_timeout(headers: dict[str, str]) -> float | None:
     for name, value in headers.items():
         if name.lower() == "keep-alive":
@@ -295,16 +307,19 @@ def _keep_alive_timeout(headers: dict[str, str]) -> float | None:
 
 
 class H1Client:
-    """Direct HTTP/1.1 requests with a keep-alive pool. ``close`` closes every pooled connection."""
+    """Direct HTTP/1.1 requests with a keep-alive pool: the ``Transport`` for every request without a proxy.
+    ``close`` closes every pooled connection."""
 
     def __init__(
         self,
         *,
+        user_agent: str = "notification-controller",
         idle_timeout: float = IDLE_TIMEOUT,
         connect_timeout: float = 30.0,
         max_idle: int = MAX_IDLE,
         max_idle_per_origin: int = MAX_IDLE_PER_ORIGIN,
     ) -> None:
+        self.user_agent = user_agent
         self.idle_timeout = idle_timeout
         self.connect_timeout = connect_timeout
         self.max_idle = max_idle
@@ -319,6 +334,67 @@ class H1Client:
         if self._default_tls is None:
             self._default_tls = ssl.create_default_context()  # SSL_CERT_FILE/SSL_CERT_DIR honoured
         return self._default_tls
+
+    # ---- the Transport protocol -----------------------------------------------------------------------
+    async def send(self, exchange: Exchange) -> OutboundResponse:
+        """One exchange; every failure is a ``transport.TransportError`` (asyncio, ``ssl`` and ``socket``
+        exceptions are translated here and nowhere else)."""
+        target = direct_target(exchange.url)
+        if target is None:
+            raise InvalidRequest("invalid URL")
+        scheme, host, port, path = target
+        headers = self._headers(exchange.headers, exchange.body)
+        try:
+            status, answer_headers, body = await self.request(
+                exchange.method,
+                scheme,
+                host,
+                port,
+                path,
+                headers,
+                exchange.body,
+                tls=exchange.tls,
+                body_limit=exchange.body_limit,
+            )
+        except (Disconnected, ConnectionResetError, BrokenPipeError) as exc:
+            if isinstance(exc, Disconnected):
+                raise
+            raise Disconnected(os_error_detail(exc)) from None
+        except ssl.SSLCertVerificationError as exc:
+            raise TLSVerificationError(tls_verification_detail(exc)) from None
+        except ssl.SSLError as exc:
+            raise TLSError(f"TLS error: {exc.reason or 'handshake failed'}") from None
+        except TimeoutError:
+            raise TransportTimeout() from None
+        except OSError as exc:
+            raise ConnectError(os_error_detail(exc)) from None
+        except UnicodeEncodeError:  # a header value request.wire_headers would have refused
+            raise InvalidHeader("invalid request header") from None
+        return OutboundResponse(status, answer_headers, body)
+
+    def _headers(self, headers: Mapping[str, str], body: bytes) -> list[tuple[str, str]]:
+        """The request's headers, one per name (a Secret's ``content-type`` overrides the Provider's
+        ``Content-Type``), plus what aiohttp's session adds that a receiver may look at: the User-Agent,
+        ``Accept: */*``, a Content-Type for a body without one (``application/octet-stream``). No
+        ``Accept-Encoding``: the body is not decompressed (a compressed error text would be unreadable)."""
+        out: list[tuple[str, str]] = []
+        names: dict[str, int] = {}
+        for name, value in headers.items():
+            # one line per name, the last value winning, as aiohttp's multidict and Go's Header.Set make it
+            lower = name.lower()
+            at = names.get(lower)
+            if at is None:
+                names[lower] = len(out)
+                out.append((name, value))
+            else:
+                out[at] = (name, value)
+        if "user-agent" not in names:
+            out.insert(0, ("User-Agent", self.user_agent))
+        if "accept" not in names:
+            out.append(("Accept", "*/*"))
+        if body and "content-type" not in names:
+            out.append(("Content-Type", "application/octet-stream"))
+        return out
 
     async def request(
         self,
@@ -342,7 +418,7 @@ class H1Client:
         if connection is not None:
             try:
                 return await self._exchange(connection, data, body_limit, has_body)
-            except (ServerDisconnectedError, ConnectionResetError, BrokenPipeError):
+            except (Disconnected, ConnectionResetError, BrokenPipeError):
                 # a kept connection the server had closed: send again on a new one if the method allows
                 if not (connection.answered_nothing and method in IDEMPOTENT):
                     raise
@@ -386,7 +462,7 @@ class H1Client:
         lines = [f"{method} {target} HTTP/1.1\r\nHost: {host_header}\r\n"]
         for name, value in items:
             if "\r" in value or "\n" in value or "\r" in name or "\n" in name:
-                raise InvalidRequest("header names and values must not contain line breaks")
+                raise InvalidHeader("header names and values must not contain line breaks")
             if name.lower() in FRAMING:  # the URL's host and the body's length, never the caller's
                 continue
             lines.append(f"{name}: {value}\r\n")
@@ -491,8 +567,8 @@ class H1Client:
                     server_hostname=host if context is not None else None,
                     happy_eyeballs_delay=0.25,
                 )
-        except socket.gaierror as exc:
-            raise HostNotFound(exc.errno, exc.strerror) from exc
+        except socket.gaierror:
+            raise DNSError() from None
         return protocol
 
     async def close(self) -> None:

@@ -36,7 +36,7 @@ from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 from ..api.event import Event
 from ..api.provider import ProviderType
-from ..errors import DeliveryError, PermanentDeliveryError, ProviderConfigError
+from ..errors import DeliveryError, FailureReason, PermanentDeliveryError, ProviderConfigError
 from ..outbound import OutboundRequest
 from .base import DeliveryContext, ProviderOptions
 from .common import Caller, go_json, path_segment, rewrap, str_field
@@ -107,6 +107,7 @@ class ServiceAccountKey:
             raise PermanentDeliveryError(
                 "invalid GCP credentials in the Secret's 'token' key: 'private_key' is not an RSA private key",
                 reason="invalid_config",
+                failure=FailureReason.INVALID_CONFIG,
             )
         return key
 
@@ -197,6 +198,7 @@ class GooglePubSubNotifier:
                 raise PermanentDeliveryError(
                     "failed to get a GCP access token: the answer has no access_token",
                     reason="invalid_response",
+                    failure=FailureReason.AUTH,
                 )
             expires_in = answer.get("expires_in") if isinstance(answer, dict) else None
             lifetime = float(expires_in) if isinstance(expires_in, int | float) and expires_in > 0 else 3600.0

@@ -66,6 +66,7 @@ from urllib.parse import urlencode, urlsplit
 
 from ..errors import (
     DeliveryError,
+    FailureReason,
     KubeError,
     PermanentDeliveryError,
     RetryableDeliveryError,
@@ -222,15 +223,15 @@ def origin(url: str) -> str:
 
 
 def fail(message: str) -> PermanentDeliveryError:
-    return PermanentDeliveryError(message, reason=REASON)
+    return PermanentDeliveryError(message, reason=REASON, failure=FailureReason.AUTH)
 
 
 def kube_failure(message: str, exc: KubeError) -> DeliveryError:
     """A Kubernetes API error as a delivery error (4xx: permanent; no answer, 5xx: may pass later)."""
     text = f"{message}: {exc}"
     if 400 <= exc.status < 500:
-        return PermanentDeliveryError(text, reason=REASON)
-    return RetryableDeliveryError(text, reason=REASON)
+        return PermanentDeliveryError(text, reason=REASON, failure=FailureReason.AUTH)
+    return RetryableDeliveryError(text, reason=REASON, failure=FailureReason.AUTH)
 
 
 class WorkloadIdentity:
@@ -399,7 +400,9 @@ def oauth_token(answer: Any, what: str, now: float, *, strict_expiry: bool = Fal
     """``access_token`` and ``expires_in`` of an OAuth2 token answer."""
     value = str_field(answer, "access_token") if isinstance(answer, dict) else None
     if not value:
-        raise PermanentDeliveryError(f"{what}: the answer has no access_token", reason="invalid_response")
+        raise PermanentDeliveryError(
+            f"{what}: the answer has no access_token", reason="invalid_response", failure=FailureReason.AUTH
+        )
     raw = answer.get("expires_in")
     try:
         lifetime = float(raw) if isinstance(raw, int | float | str) and not isinstance(raw, bool) else 0.0
@@ -408,7 +411,9 @@ def oauth_token(answer: Any, what: str, now: float, *, strict_expiry: bool = Fal
     if lifetime <= 0:
         if strict_expiry:  # externalaccount: "got invalid expiry from security token service"
             raise PermanentDeliveryError(
-                f"{what}: got invalid expiry from security token service", reason="invalid_response"
+                f"{what}: got invalid expiry from security token service",
+                reason="invalid_response",
+                failure=FailureReason.AUTH,
             )
         lifetime = DEFAULT_LIFETIME
     return CachedToken(value, now + lifetime)
@@ -623,13 +628,15 @@ async def gcp_access_token(call: Caller) -> str:
         expire = str_field(answer, "expireTime") if isinstance(answer, dict) else None
         if not value or not expire:
             raise PermanentDeliveryError(
-                f"{where}: the impersonation answer has no accessToken/expireTime", reason="invalid_response"
+                f"{where}: the impersonation answer has no accessToken/expireTime",
+                reason="invalid_response",
+                failure=FailureReason.AUTH,
             )
         try:
             expires_at = datetime.fromisoformat(expire).timestamp()
         except ValueError:
             raise PermanentDeliveryError(
-                f"{where}: unable to parse expiry", reason="invalid_response"
+                f"{where}: unable to parse expiry", reason="invalid_response", failure=FailureReason.AUTH
             ) from None
         return CachedToken(value, expires_at)
 

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 from ..api.event import Event
 from ..api.provider import ProviderType
-from ..errors import PermanentDeliveryError, ProviderConfigError, RetryableDeliveryError
+from ..errors import FailureReason, PermanentDeliveryError, ProviderConfigError, RetryableDeliveryError
 from ..outbound import masked
 from .base import DeliveryContext, ProviderOptions
 from .message import with_text
@@ -100,16 +100,23 @@ class NATSNotifier:
                 await self._publish(payload)
         except TimeoutError:
             raise RetryableDeliveryError(
-                f"{prefix}: timed out after {self.opts.timeout:g}s", reason="timeout"
+                f"{prefix}: timed out after {self.opts.timeout:g}s",
+                reason="timeout",
+                failure=FailureReason.TIMEOUT,
             ) from None
         except _ConnectError as exc:
             cause = masked(str(exc.__cause__ or exc), masks)
             error = RetryableDeliveryError if exc.retryable else PermanentDeliveryError
-            raise error(f"{prefix}: error connecting to server: {cause}", reason=exc.reason) from None
+            failure = FailureReason.CONNECTION if exc.retryable else FailureReason.AUTH
+            raise error(
+                f"{prefix}: error connecting to server: {cause}", reason=exc.reason, failure=failure
+            ) from None
         except _PublishError as exc:
             cause = masked(str(exc.__cause__ or exc), masks)
             raise RetryableDeliveryError(
-                f"{prefix}: error publishing message to server: {cause}", reason="nats_publish"
+                f"{prefix}: error publishing message to server: {cause}",
+                reason="nats_publish",
+                failure=FailureReason.CONNECTION,
             ) from None
 
     async def _publish(self, payload: bytes) -> None:

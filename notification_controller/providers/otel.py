@@ -55,7 +55,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Sp
 from ..api.alert import Alert
 from ..api.event import MD_COMMIT_STATUS, MD_COMMIT_STATUS_UPDATE, MD_REVISION, Event
 from ..api.provider import ProviderType
-from ..errors import PermanentDeliveryError
+from ..errors import FailureReason, PermanentDeliveryError
 from ..outbound import OutboundRequest
 from .base import DeliveryContext, ProviderOptions
 from .common import Caller, token_or_password
@@ -223,7 +223,9 @@ class OTELNotifier:
         if not self.should_send(event):
             return
         if ctx.alert is None:
-            raise PermanentDeliveryError("alert metadata not found in context", reason="internal")
+            raise PermanentDeliveryError(
+                "alert metadata not found in context", reason="internal", failure=FailureReason.INTERNAL
+            )
         template = ctx.template
         request = self.build_request(
             event,

@@ -26,7 +26,7 @@ from urllib.parse import urlsplit, urlunsplit
 from ..api.event import SEVERITY_ERROR, Event
 from ..api.provider import ProviderType
 from ..core.gojson import GoStruct, dumps
-from ..errors import PermanentDeliveryError
+from ..errors import FailureReason, PermanentDeliveryError
 from ..outbound import OutboundRequest, OutboundResponse
 from .base import DeliveryContext, HTTPNotifier, ProviderOptions, first_line, json_headers
 from .message import Message
@@ -62,12 +62,16 @@ def validate_slack_response(response: OutboundResponse) -> None:
         data = json.loads(response.body)
     except ValueError:
         raise PermanentDeliveryError(
-            "unable to unmarshal response body: invalid JSON", reason="bad_response"
+            "unable to unmarshal response body: invalid JSON",
+            reason="bad_response",
+            failure=FailureReason.PROVIDER_ERROR,
         ) from None
     if isinstance(data, dict) and data.get("ok") is True:
         return
     error = data.get("error", "") if isinstance(data, dict) else ""
-    raise PermanentDeliveryError(f"Slack responded with error: {error}", reason="slack_error")
+    raise PermanentDeliveryError(
+        f"Slack responded with error: {error}", reason="slack_error", failure=FailureReason.PROVIDER_ERROR
+    )
 
 
 def posted_ts(body: bytes) -> str:

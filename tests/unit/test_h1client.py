@@ -12,12 +12,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 from aiohttp import web
 
-from notification_controller.outbound.h1client import (
-    H1Client,
-    HostNotFound,
-    InvalidRequest,
+from notification_controller.outbound.h1client import H1Client
+from notification_controller.outbound.transport import (
+    ConnectError,
+    Disconnected,
+    DNSError,
+    Exchange,
+    InvalidHeader,
     InvalidResponse,
-    ServerDisconnectedError,
 )
 from tests.support.capture import mint_tls
 
@@ -184,7 +186,7 @@ async def test_a_dropped_kept_connection(client: H1Client) -> None:
             0
         ] == 200
         # the retried PUT's answer came on a new connection, now kept; its second request is dropped again
-        with pytest.raises((ServerDisconnectedError, ConnectionResetError)):
+        with pytest.raises((Disconnected, ConnectionResetError)):
             await client.request("POST", "http", "127.0.0.1", port, "/", {}, b"3", body_limit=LIMIT)
     assert [r.rsplit(b"\r\n\r\n", 1)[1] for r in requests] == [b"1", b"2", b"2", b"3"]
 
@@ -206,17 +208,21 @@ async def test_a_connection_the_server_closed_while_idle_is_not_reused(client: H
 
 
 async def test_errors(client: H1Client) -> None:
+    """The Transport adapter translates the socket's errors into typed ones (``transport.py``)."""
     server, port = await raw_server(lambda r, w: asyncio.sleep(0))
     server.close()
     await server.wait_closed()
-    with pytest.raises(ConnectionRefusedError):
-        await client.request("POST", "http", "127.0.0.1", port, "/", {}, b"", body_limit=LIMIT)
-    with pytest.raises(HostNotFound):
-        await client.request("POST", "http", "host.invalid", 80, "/", {}, b"", body_limit=LIMIT)
-    with pytest.raises(InvalidRequest):
-        await client.request(
-            "POST", "http", "127.0.0.1", 9, "/", {"X": "a\r\nInjected: 1"}, b"", body_limit=LIMIT
-        )
+
+    def exchange(url: str, headers: dict[str, str] | None = None) -> Exchange:
+        return Exchange("POST", url, headers or {}, b"", None, LIMIT)
+
+    with pytest.raises(ConnectError) as refused:
+        await client.send(exchange(f"http://127.0.0.1:{port}/"))
+    assert refused.value.detail == "connection refused"
+    with pytest.raises(DNSError):
+        await client.send(exchange("http://host.invalid/"))
+    with pytest.raises(InvalidHeader):
+        await client.send(exchange("http://127.0.0.1:9/", {"X": "a\r\nInjected: 1"}))
 
 
 async def test_tls_verified_with_the_given_context(client: H1Client) -> None:
@@ -355,7 +361,7 @@ async def test_response_head_limits(client: H1Client) -> None:
         with pytest.raises(InvalidResponse) as caught:
             async with asyncio.timeout(4):
                 await client.request("GET", "http", "127.0.0.1", port, "/", {}, b"", body_limit=LIMIT)
-    assert caught.value.detail == "header section too large"
+    assert caught.value.problem == "header section too large"
     server, port = await raw_server(repeated)
     async with server:
         _, headers, _ = await client.request("GET", "http", "127.0.0.1", port, "/", {}, b"", body_limit=LIMIT)

@@ -24,7 +24,6 @@ from notification_controller.kube.client import (
     KubeClient,
     TokenBucket,
     api_path,
-    parse_retry_after,
     resolve_config_source,
     status_error,
     translate_exception,
@@ -43,6 +42,7 @@ from notification_controller.kube.informer import (
     watch_namespace,
 )
 from notification_controller.kube.leader import LeaderElector, micro_time
+from notification_controller.lib.retryafter import parse_retry_after
 from notification_controller.store.base import Change, ObjectStore
 
 SECRET_VALUE = "s3cr3t-t0ken-value"

@@ -1,18 +1,22 @@
 """The pure rules of the outbound path's wire (issue 23 items 3, 13, 15): which headers a request may carry
-(``request.wire_headers``), how an unreadable answer is named on both transports (``retry.response_problem``)
+(``request.wire_headers``), how an unreadable answer is named on both transports (``proxied.translate``)
 and which forms of a sent address an echo is masked for (``core.redact.address_forms``)."""
 
 from __future__ import annotations
 
+import aiohttp
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from multidict import CIMultiDict, CIMultiDictProxy
+from yarl import URL
 
 from notification_controller.core.redact import address_forms
 from notification_controller.errors import FailureReason
-from notification_controller.outbound.h1client import InvalidResponse
+from notification_controller.outbound.proxied import translate
 from notification_controller.outbound.request import InvalidHeader, shared_headers, wire_headers
-from notification_controller.outbound.retry import classify_exception, describe_exception, failure_of
+from notification_controller.outbound.retry import classify_transport
+from notification_controller.outbound.transport import InvalidResponse
 
 
 def test_framing_headers_are_dropped_and_the_rest_kept_in_order() -> None:
@@ -56,27 +60,33 @@ def test_a_value_is_accepted_exactly_when_it_is_printable_ascii_or_tab(value: st
 
 
 def test_unreadable_answers_have_one_reason_and_one_text_on_both_transports() -> None:
-    class ClientResponseError(Exception):  # aiohttp's name and attribute, as retry.py matches them
-        def __init__(self, message: str) -> None:
-            super().__init__(message)
-            self.message = message
-
+    """What aiohttp's parser raises (its own 400) is translated by the proxied adapter into the direct
+    client's ``InvalidResponse``: one reason, one failure, one text, and never the server's bytes."""
+    info = aiohttp.RequestInfo(URL("http://h/"), "POST", CIMultiDictProxy(CIMultiDict()), URL("http://h/"))
     pairs = [
-        (InvalidResponse("too many header fields"), ClientResponseError("Too many headers received")),
+        (
+            InvalidResponse("too many header fields"),
+            aiohttp.ClientResponseError(info, (), status=400, message="Too many headers received"),
+        ),
         (
             InvalidResponse("header field too long"),
-            ClientResponseError("Got more than 8190 bytes when reading: b'aaaa'."),
+            aiohttp.ClientResponseError(
+                info, (), status=400, message="Got more than 8190 bytes when reading: b'aaaa'."
+            ),
         ),
     ]
-    for direct, proxied in pairs:
+    for direct, raised in pairs:
+        proxied = translate(raised)
+        assert isinstance(proxied, InvalidResponse)
         for exc in (direct, proxied):
-            verdict = classify_exception(exc)
-            assert (verdict.retry, verdict.reason) == (True, "invalid_response")
-            assert failure_of(verdict) is FailureReason.SERVER_ERROR
-        assert (
-            describe_exception(direct) == describe_exception(proxied) == f"invalid response: {direct.detail}"
-        )
-    assert "aaaa" not in describe_exception(pairs[1][1])  # the server's bytes are never quoted
+            verdict = classify_transport(exc)
+            assert (verdict.retry, verdict.reason, verdict.failure) == (
+                True,
+                "invalid_response",
+                FailureReason.SERVER_ERROR,
+            )
+        assert direct.detail == proxied.detail == f"invalid response: {direct.problem}"
+        assert "aaaa" not in proxied.detail  # the server's bytes are never quoted
 
 
 def test_address_forms_cover_a_rewritten_query_and_leave_short_parts_readable() -> None:

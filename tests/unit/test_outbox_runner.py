@@ -23,7 +23,7 @@ from notification_controller.dispatch.durable import (
     OutboxRunner,
     Outcome,
     Result,
-    RetryPolicy,
+    RedeliveryPolicy,
 )
 from notification_controller.state import NewItem, Store, open_store
 from notification_controller.state.base import Lease
@@ -32,13 +32,13 @@ FAST = DurableSettings(
     max_age=30.0,
     concurrency=4,
     poll_interval=0.02,
-    retry=RetryPolicy(base=0.01, cap=0.05),
+    retry=RedeliveryPolicy(base=0.01, cap=0.05),
     breaker_threshold=1000,
 )
 
 
 def test_retry_delay_doubles_with_jitter_and_honours_retry_after() -> None:
-    policy = RetryPolicy(base=1.0, cap=60.0)
+    policy = RedeliveryPolicy(base=1.0, cap=60.0)
     rng = random.Random(7)
     for attempts, ceiling in ((1, 1.0), (2, 2.0), (3, 4.0), (7, 60.0), (500, 60.0)):
         delays = [policy.delay(attempts, rng=rng) for _ in range(200)]
@@ -137,7 +137,7 @@ async def test_permanent_failure_and_max_age_become_dead_letters(store: Store) -
         max_age=0.3,
         concurrency=2,
         poll_interval=0.02,
-        retry=RetryPolicy(base=0.05, cap=0.1),
+        retry=RedeliveryPolicy(base=0.05, cap=0.1),
         breaker_threshold=1000,
     )
     runner = OutboxRunner(
@@ -169,7 +169,7 @@ async def test_breaker_pauses_a_failing_lane_and_a_probe_resumes_it(store: Store
         max_age=60,
         concurrency=4,
         poll_interval=0.02,
-        retry=RetryPolicy(base=0.01, cap=0.02),
+        retry=RedeliveryPolicy(base=0.01, cap=0.02),
         breaker_threshold=5,
         breaker_cooldown=0.4,
     )

@@ -19,7 +19,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 from ...api.event import Event
 from ...api.provider import ProviderType
 from ...core.gojson import GoStruct
-from ...errors import PermanentDeliveryError, ProviderConfigError
+from ...errors import FailureReason, PermanentDeliveryError, ProviderConfigError
 from ...outbound import OutboundRequest
 from ..base import ProviderOptions
 from ..common import basic_auth, go_json, go_quote, path_segment, str_field
@@ -82,6 +82,7 @@ def bitbucket_server_state(event: Event) -> str:
     raise PermanentDeliveryError(
         "couldn't convert to bitbucket server state: bitbucket server state generated on info or error events only",
         reason="invalid_event",
+        failure=FailureReason.INVALID_REQUEST,
     )
 
 
@@ -135,7 +136,9 @@ class BitbucketServerNotifier(CommitStatusNotifier):
         except PermanentDeliveryError as exc:
             if str(exc) == "missing revision metadata":
                 raise
-            raise PermanentDeliveryError(f"could not parse revision: {exc}", reason=exc.reason) from None
+            raise PermanentDeliveryError(
+                f"could not parse revision: {exc}", reason=exc.reason, failure=exc.failure
+            ) from None
         state = bitbucket_server_state(event)
         name, description = format_name_and_description(event)
         key = sha1_hex(commit_status_id(self.opts, event, commit_status))

@@ -42,7 +42,7 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
-from ...errors import PermanentDeliveryError, ProviderConfigError
+from ...errors import FailureReason, PermanentDeliveryError, ProviderConfigError
 from ...outbound import OutboundRequest
 from ..base import ProviderOptions
 from ..common import Caller, path_segment, str_field, token_or_password
@@ -225,6 +225,7 @@ class GitHubApp:
                 raise PermanentDeliveryError(
                     "failed to create GitHub App installation token: the answer has no token",
                     reason="invalid_response",
+                    failure=FailureReason.AUTH,
                 )
             call.add_mask(token)
             expires_raw = str_field(answer, "expires_at") if isinstance(answer, dict) else None
@@ -250,7 +251,9 @@ class GitHubApp:
             if isinstance(installation, int) and not isinstance(installation, bool) and installation > 0:
                 return installation
             errors.append(f"{what}: the answer has no installation id")
-        raise PermanentDeliveryError("\n".join(errors), reason="github_app_installation")
+        raise PermanentDeliveryError(
+            "\n".join(errors), reason="github_app_installation", failure=FailureReason.AUTH
+        )
 
 
 def _expiry(raw: str | None) -> float:
