@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 from ...api.event import MD_CHANGE_REQUEST, Event
 from ...errors import (
     DeliveryError,
+    FailureReason,
     PermanentDeliveryError,
     ProviderConfigError,
 )
@@ -123,7 +124,9 @@ def parse_revision(rev: str) -> str:
         sha = rev
     if len(sha) != 40:
         raise PermanentDeliveryError(
-            f"failed to extract commit hash from '{rev}' revision", reason="invalid_event"
+            f"failed to extract commit hash from '{rev}' revision",
+            reason="invalid_event",
+            failure=FailureReason.INVALID_REQUEST,
         )
     return sha
 
@@ -132,7 +135,9 @@ def commit_sha(event: Event) -> str:
     """The commit of ``event`` (``GetRevision`` then ``parseRevision``)."""
     rev = event.revision()
     if rev is None:
-        raise PermanentDeliveryError("missing revision metadata", reason="invalid_event")
+        raise PermanentDeliveryError(
+            "missing revision metadata", reason="invalid_event", failure=FailureReason.INVALID_REQUEST
+        )
     return parse_revision(rev)
 
 
@@ -146,7 +151,9 @@ def severity_state(event: Event, info: str, error: str, forge: str) -> str:
         return info
     if event.severity == SEVERITY_ERROR:
         return error
-    raise PermanentDeliveryError(f"can't convert to {forge} state", reason="invalid_event")
+    raise PermanentDeliveryError(
+        f"can't convert to {forge} state", reason="invalid_event", failure=FailureReason.INVALID_REQUEST
+    )
 
 
 def default_commit_status(event: Event, provider_uid: str) -> str:
@@ -169,7 +176,9 @@ def commit_status_id(opts: ProviderOptions, event: Event, commit_status: str = "
         return opts.commit_status
     if opts.uid:
         return default_commit_status(event, opts.uid)
-    raise PermanentDeliveryError("commit status cannot be empty", reason="invalid_config")
+    raise PermanentDeliveryError(
+        "commit status cannot be empty", reason="invalid_config", failure=FailureReason.INVALID_CONFIG
+    )
 
 
 _GO_INT = re.compile(r"^[+-]?[0-9]+$")
@@ -203,7 +212,9 @@ def change_request_number(event: Event) -> int:
     raw = event.metadata.get(MD_CHANGE_REQUEST)
     if raw is None:
         raise PermanentDeliveryError(
-            f"missing {go_quote(MD_CHANGE_REQUEST)} metadata key", reason="invalid_event"
+            f"missing {go_quote(MD_CHANGE_REQUEST)} metadata key",
+            reason="invalid_event",
+            failure=FailureReason.INVALID_REQUEST,
         )
     if not _GO_INT.match(raw):
         cause = f"strconv.Atoi: parsing {go_quote(raw)}: invalid syntax"
@@ -215,6 +226,7 @@ def change_request_number(event: Event) -> int:
     raise PermanentDeliveryError(
         f"invalid {go_quote(MD_CHANGE_REQUEST)} metadata value {go_quote(raw)}: {cause}",
         reason="invalid_event",
+        failure=FailureReason.INVALID_REQUEST,
     )
 
 
