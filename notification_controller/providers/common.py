@@ -21,7 +21,6 @@ from ..errors import (
     PermanentDeliveryError,
     RetryableDeliveryError,
 )
-from ..lib.goquote import quote as go_quote  # noqa: F401  Go's %q, one home (issue 24 item 3)
 from ..outbound import Budget, OutboundRequest, OutboundResponse, masked
 from .base import DeliveryContext, ProviderOptions
 from .formatting import format_name_and_description as format_name_and_description  # re-export
@@ -30,6 +29,30 @@ from .formatting import split_camelcase as split_camelcase  # re-export
 # ----------------------------------------------------------------------------------------------------
 # Go formatting
 # ----------------------------------------------------------------------------------------------------
+
+_GO_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v"}
+
+
+def go_quote(text: str) -> str:
+    """Go's ``%q`` (``strconv.Quote``): a double-quoted string with Go escapes, printable runes kept."""
+    out = ['"']
+    for ch in text:
+        if ch in ('"', "\\"):
+            out.append("\\" + ch)
+        elif ch in _GO_ESCAPES:
+            out.append(_GO_ESCAPES[ch])
+        elif ch.isprintable() or ch == " ":
+            out.append(ch)
+        else:
+            code = ord(ch)
+            if code < 0x80:
+                out.append(f"\\x{code:02x}")
+            elif code < 0x10000:
+                out.append(f"\\u{code:04x}")
+            else:
+                out.append(f"\\U{code:08x}")
+    out.append('"')
+    return "".join(out)
 
 
 def go_json(value: Any, *, escape_html: bool = True, newline: bool = False) -> bytes:
