@@ -15,9 +15,10 @@ What it does, and only this:
   header let one endless header grow without limit (48 connections: RSS 58 MB → 1.42 GB in 10 s). The
   input is therefore fed in slices of ``_SLICE`` bytes and, while a head is incomplete, the length of its
   unfinished line is counted from the raw bytes: past ``max_line`` plus one slice → 431 and close. Complete
-  heads are checked exactly: a header line over ``max_line`` (8190, aiohttp's), more than ``max_headers``
-  (128) or a head over ``max_head`` (1 MiB, Go's ``DefaultMaxHeaderBytes``) → 431 (RFC 6585, Go, Node; aiohttp
-  says 400); a request line over ``max_line`` → 414.
+  heads are checked exactly: a header line over ``max_line`` (8190, aiohttp's) or more than ``max_headers``
+  (128) → 431 (RFC 6585, Go, Node; aiohttp says 400); a request line over ``max_line`` → 414. So a head is at
+  most ~1 MiB (128 × 8 KiB, Go's ``DefaultMaxHeaderBytes`` is 1 MiB too), and no header is kept past one line
+  plus one slice while it arrives.
 * **Framing and expectations, as Go's net/http and aiohttp** (item 16; the stricter of the two where they
   differ): an HTTP/1.1 request without ``Host``, or any request with two → 400 (RFC 9112 §3.2; both). Two
   ``Transfer-Encoding`` lines or ``chunked`` not last or twice → 400 (RFC 9112 §6.3: the length cannot be
@@ -211,7 +212,6 @@ class ServerLimits:
     write_timeout: float = 10.0
     max_line: int = 8190
     max_headers: int = 128
-    max_head: int = 1 << 20
     max_pipelined: int = 16
     max_detached: int = 64
 
@@ -245,11 +245,12 @@ class Connection(asyncio.Protocol):
         self._headers: list[tuple[bytes, bytes]] = []
         self._body: list[bytes] = []
         self._body_size = 0
-        # the head being parsed: its size, the unfinished line's length (counted from the raw input while
-        # the head is incomplete), and the headers the server reads itself
+        # the head being parsed: the unfinished line's length (counted from the raw input while the head is
+        # incomplete), and the headers the server reads itself
         self._in_head = False
-        self._head_size = 0
         self._line = 0
+        self._max_field = self._limits.max_line - 2  # name + value of a header line ("name: value")
+        self._max_headers = self._limits.max_headers
         self._hosts = 0
         self._length: bytes | None = None
         self._expect: bytes | None = None
@@ -304,7 +305,17 @@ class Connection(asyncio.Protocol):
             self._rest_at = 0
             self._run()
             return
-        if self._parse(data, 0, len(data)) and self._ready:
+        try:
+            self._parser.feed_data(data)
+        except (_ParseLimit, httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
+            self._parse_failed(exc)
+            return
+        if self._in_head:
+            if not self._head_line_ok(data, 0, len(data)):
+                return
+        elif self._state == _BODY and self._deadline == 0.0:
+            self._arm(self._loop.time() + self._limits.body_timeout)
+        if self._ready:
             self._run()
 
     def eof_received(self) -> bool | None:
@@ -333,7 +344,7 @@ class Connection(asyncio.Protocol):
         self._body = []
         self._body_size = 0
         self._in_head = True
-        self._head_size = self._line = self._hosts = self._te_lines = 0
+        self._line = self._hosts = self._te_lines = 0
         self._length = self._expect = self._te = None
 
     def on_url(self, url: bytes) -> None:
@@ -342,16 +353,10 @@ class Connection(asyncio.Protocol):
             raise _ParseLimit(414)
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        limits = self._limits
-        size = len(name) + len(value) + 2
-        self._head_size += size + 2
-        if (
-            size > limits.max_line
-            or len(self._headers) >= limits.max_headers
-            or self._head_size > limits.max_head
-        ):
+        headers = self._headers
+        if len(name) + len(value) > self._max_field or len(headers) >= self._max_headers:
             raise _ParseLimit(431)
-        self._headers.append((name, value))
+        headers.append((name, value))
         if len(name) in _WATCHED:
             lowered = name.lower()
             if lowered == b"host":
@@ -427,37 +432,42 @@ class Connection(asyncio.Protocol):
     def _parse(self, data: bytes, start: int, end: int) -> bool:
         """Feed ``data[start:end]`` to llhttp; False when the request was refused (answered or queued)."""
         try:
-            self._parser.feed_data(data if end - start == len(data) else memoryview(data)[start:end])
-        except _ParseLimit as exc:
-            self._fail(exc.status)
+            self._parser.feed_data(memoryview(data)[start:end])
+        except (_ParseLimit, httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
+            self._parse_failed(exc)
             return False
-        except httptools.HttpParserUpgrade:
-            # llhttp stops after the head of an Upgrade request (h2c, websocket), before its body: there is no
-            # upgrade to offer, and the rest of the stream is not HTTP/1.1 we can read → 400 and close
-            log.debug("upgrade request from %s refused", self._peer())
-            # llhttp completed the message (no body is read for an upgrade): it is refused, not answered
-            self._head = self._ready.pop() if self._ready else self._head
-            self._fail(400)
-            return False
-        except httptools.HttpParserError as exc:
-            cause = exc.__context__
-            if isinstance(cause, _ParseLimit):  # raised in a callback: llhttp wraps it
-                self._fail(cause.status)
-            else:
-                log.debug("bad request from %s: %s", self._peer(), exc)
-                self._fail(400)
-            return False
-        if self._in_head:  # the head is still incomplete: bound its unfinished line as it arrives
-            newline = data.rfind(b"\n", start, end)
-            self._line = end - newline - 1 if newline >= 0 else self._line + end - start
-            # the count may include the end of a previous message in this slice: at most one slice too much
-            if self._line > self._limits.max_line + _SLICE:
-                log.debug("header line from %s over %d bytes", self._peer(), self._limits.max_line)
-                self._fail(431)
-                return False
-        elif self._state == _BODY and self._deadline == 0.0:
+        if self._in_head:
+            return self._head_line_ok(data, start, end)
+        if self._state == _BODY and self._deadline == 0.0:
             self._arm(self._loop.time() + self._limits.body_timeout)
         return True
+
+    def _head_line_ok(self, data: bytes, start: int, end: int) -> bool:
+        """The head is still incomplete after ``data[start:end]``: bound its unfinished line as it arrives."""
+        newline = data.rfind(b"\n", start, end)
+        self._line = end - newline - 1 if newline >= 0 else self._line + end - start
+        # the count may include the end of a previous message in this slice: at most one slice too much
+        if self._line <= self._limits.max_line + _SLICE:
+            return True
+        log.debug("header line from %s over %d bytes", self._peer(), self._limits.max_line)
+        self._fail(431)
+        return False
+
+    def _parse_failed(self, exc: Exception) -> None:
+        if isinstance(exc, _ParseLimit):
+            self._fail(exc.status)
+        elif isinstance(exc, httptools.HttpParserUpgrade):
+            # llhttp stops after the head of an Upgrade request (h2c, websocket), before its body: there is no
+            # upgrade to offer, and the rest of the stream is not HTTP/1.1 we can read → 400 and close. llhttp
+            # completed the message (no body is read for an upgrade): it is refused, not answered.
+            log.debug("upgrade request from %s refused", self._peer())
+            self._head = self._ready.pop() if self._ready else self._head
+            self._fail(400)
+        elif isinstance(exc.__context__, _ParseLimit):  # raised in a callback: llhttp wraps it
+            self._fail(exc.__context__.status)
+        else:
+            log.debug("bad request from %s: %s", self._peer(), exc)
+            self._fail(400)
 
     def _run(self) -> None:
         """Answer what is ready and parse held input, until both are used up or the connection must wait (an

@@ -206,9 +206,6 @@ def chunked(te_lines: bytes) -> bytes:
         pytest.param(post(b"Expect: 200-ok\r\n"), 417, id="expect-200-ok"),
         pytest.param(post(b"X-Big: " + b"a" * 8190 + b"\r\n"), 431, id="header-line-over-8190"),
         pytest.param(post(b"".join(b"X-%d: v\r\n" % i for i in range(128))), 431, id="129-headers"),
-        pytest.param(
-            post(b"".join(b"X-%d: %s\r\n" % (i, b"v" * 8100) for i in range(127))), 431, id="head-1MiB"
-        ),
     ],
 )
 async def test_bad_requests_are_refused_and_closed(
@@ -241,12 +238,20 @@ async def test_requests_at_the_limits_are_answered(
     assert next(s for s in statuses(raw) if s != 100) == 200, raw[:200]
 
 
-async def test_an_endless_header_is_431_after_a_line_and_a_slice(
-    served: tuple[HTTPServer, Recorder, int],
-) -> None:
+async def test_an_endless_header_is_431_after_a_line_and_a_slice() -> None:
     """A header value streamed without end, in pieces of every size: refused once its line is past
     max_line plus one parser slice, never buffered further (llhttp's binding would concatenate it all)."""
-    _, recorder, port = served
+    recorder = Recorder()
+    server = HTTPServer(recorder, ServerLimits(max_body=1000, header_timeout=10.0))
+    port = await server.start("127.0.0.1", 0)
+    try:
+        await _stream_endless_headers(port)
+    finally:
+        await server.stop(grace=0.2)
+    assert recorder.seen == []
+
+
+async def _stream_endless_headers(port: int) -> None:
     for piece in (1, 100, 4096, 65536):
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         answer = asyncio.create_task(reader.read())
@@ -267,7 +272,6 @@ async def test_an_endless_header_is_431_after_a_line_and_a_slice(
             writer.close()
         assert statuses(raw) == [431], (piece, sent, raw[:100])
         assert sent < 1 << 20, (piece, sent)  # answered long before (the kernel's buffers took some of it)
-    assert recorder.seen == []
 
 
 async def test_a_failing_handler_is_500_without_details(
