@@ -1,7 +1,7 @@
 """Helpers of the providers that send several requests or build Go-shaped payloads.
 
-Go formatting (``go_quote``, ``go_json``), path segments, basic auth, and ``Caller``: the thin wrapper that
-sends a delivery's requests (list then create, token then send) through the one outbound path under a single
+Go formatting (``go_json``; Go's ``%q`` is ``lib/goquote.py``), path segments, basic auth, and ``Caller``:
+the thin wrapper that sends a delivery's requests (list then create, token then send) through the one outbound path under a single
 time budget (``spec.timeout`` covers the whole delivery, as Flux's context deadline does), re-raising every
 failure with a Flux-like prefix and masked with the secrets known so far.
 """
@@ -29,30 +29,6 @@ from .formatting import split_camelcase as split_camelcase  # re-export
 # ----------------------------------------------------------------------------------------------------
 # Go formatting
 # ----------------------------------------------------------------------------------------------------
-
-_GO_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v"}
-
-
-def go_quote(text: str) -> str:
-    """Go's ``%q`` (``strconv.Quote``): a double-quoted string with Go escapes, printable runes kept."""
-    out = ['"']
-    for ch in text:
-        if ch in ('"', "\\"):
-            out.append("\\" + ch)
-        elif ch in _GO_ESCAPES:
-            out.append(_GO_ESCAPES[ch])
-        elif ch.isprintable() or ch == " ":
-            out.append(ch)
-        else:
-            code = ord(ch)
-            if code < 0x80:
-                out.append(f"\\x{code:02x}")
-            elif code < 0x10000:
-                out.append(f"\\u{code:04x}")
-            else:
-                out.append(f"\\U{code:08x}")
-    out.append('"')
-    return "".join(out)
 
 
 def go_json(value: Any, *, escape_html: bool = True, newline: bool = False) -> bytes:

@@ -23,6 +23,7 @@ from ..api.common import Secret
 from ..api.receiver import Receiver
 from ..core.clock import Clock
 from ..errors import ControllerError, VerificationError
+from ..lib.goquote import quote as go_quote  # Go's %q, one home (issue 24 item 3)
 
 if TYPE_CHECKING:
     from ..sandbox import SandboxPool
@@ -190,34 +191,6 @@ def tokens_equal(given: bytes | None, expected: bytes) -> bool:
     if given is None or not expected:
         return False
     return hmac.compare_digest(given, expected)
-
-
-def go_quote(text: str) -> str:
-    """Go's ``%q`` for the strings that appear in messages (ASCII printable kept, the rest escaped)."""
-    out = ['"']
-    for ch in text:
-        if ch == '"':
-            out.append('\\"')
-        elif ch == "\\":
-            out.append("\\\\")
-        elif 0x20 <= ord(ch) < 0x7F:
-            out.append(ch)
-        elif ch == "\n":
-            out.append("\\n")
-        elif ch == "\t":
-            out.append("\\t")
-        elif ch == "\r":
-            out.append("\\r")
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
-            out.append(f"\\x{ord(ch):02x}")
-        elif ch.isprintable():
-            out.append(ch)
-        elif ord(ch) > 0xFFFF:
-            out.append(f"\\U{ord(ch):08x}")
-        else:
-            out.append(f"\\u{ord(ch):04x}")
-    out.append('"')
-    return "".join(out)
 
 
 class JSONShapeError(ControllerError, ValueError):

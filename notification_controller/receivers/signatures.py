@@ -21,7 +21,8 @@ from collections.abc import Callable
 from urllib.parse import unquote_to_bytes
 
 from ..errors import ControllerError, VerificationError
-from .base import HookRequest, go_quote
+from ..lib.goquote import quote as go_quote
+from .base import HookRequest
 
 SHA256_HEADER = "X-Hub-Signature-256"
 SHA1_HEADER = "X-Hub-Signature"

@@ -1,5 +1,5 @@
 """Formatting helpers every provider family shares (reference §4.0): Go's ``camelcase.Split``,
-``formatNameAndDescription`` (``providers/formatting.py``) and Go's ``%q`` (``providers/common.py``).
+``formatNameAndDescription`` (``providers/formatting.py``) and Go's ``%q`` (``lib/goquote.py``).
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from notification_controller.providers.common import go_quote
+from notification_controller.lib.goquote import quote as go_quote
 from notification_controller.providers.formatting import format_name_and_description, split_camelcase
 from tests.providers.git_support import make_event
 from tests.providers.support import event

@@ -28,9 +28,10 @@ from ...api.event import Event
 from ...api.provider import ProviderType
 from ...core.gojson import GoStruct
 from ...errors import DeliveryError, ProviderConfigError
+from ...lib.goquote import quote as go_quote
 from ...outbound import OutboundRequest
 from ..base import ProviderOptions
-from ..common import Caller, basic_auth, go_json, go_quote, json_list, path_segment, rewrap, str_field
+from ..common import Caller, basic_auth, go_json, json_list, path_segment, rewrap, str_field
 from ..identity import AZURE_SCOPE_DEVOPS, azure_access_token
 from .base import (
     CommitStatus,

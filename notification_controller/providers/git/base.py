@@ -21,9 +21,10 @@ from ...errors import (
     PermanentDeliveryError,
     ProviderConfigError,
 )
+from ...lib.goquote import quote as go_quote
 from ...outbound import OutboundRequest
 from ..base import DeliveryContext, ProviderOptions
-from ..common import Caller, go_quote, is_not_found
+from ..common import Caller, is_not_found
 from ..formatting import format_name_and_description as format_name_and_description  # re-export
 from ..formatting import split_camelcase as split_camelcase  # re-export
 

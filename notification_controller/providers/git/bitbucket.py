@@ -26,9 +26,10 @@ from ...api.event import Event
 from ...api.provider import ProviderType
 from ...core.gojson import GoStruct
 from ...errors import ProviderConfigError
+from ...lib.goquote import quote as go_quote
 from ...outbound import OutboundRequest
 from ..base import ProviderOptions
-from ..common import Caller, basic_auth, go_json, go_quote, path_segment, str_field
+from ..common import Caller, basic_auth, go_json, path_segment, str_field
 from ..validation import require_url
 from .base import (
     CommitStatus,

@@ -20,9 +20,10 @@ from ...api.event import Event
 from ...api.provider import ProviderType
 from ...core.gojson import GoStruct
 from ...errors import FailureReason, PermanentDeliveryError, ProviderConfigError
+from ...lib.goquote import quote as go_quote
 from ...outbound import OutboundRequest
 from ..base import ProviderOptions
-from ..common import basic_auth, go_json, go_quote, path_segment, str_field
+from ..common import basic_auth, go_json, path_segment, str_field
 from .base import (
     CommitStatus,
     CommitStatusNotifier,

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from urllib.parse import quote
 
 from ...errors import ProviderConfigError
+from ...lib.goquote import quote as go_quote
 from ..base import ProviderOptions
-from ..common import go_quote, path_segment, token_or_password
+from ..common import path_segment, token_or_password
 from .base import parse_git_address, require_web_host, split_repo_id
 from .githubapp import github_api_base
 
