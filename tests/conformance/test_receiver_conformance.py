@@ -23,7 +23,9 @@ from notification_controller.api.objects import parse_object
 from notification_controller.api.receiver import Receiver, ReceiverType
 from notification_controller.receivers.registry import UNAUTHENTICATED, VERIFIERS
 from notification_controller.server.receivers import MAX_BODY, ReceiverServerSettings
-from tests.support.receiver_kit import CASES, TOKEN, Env, Harness, LocalIssuer, ReceiverCase, make_receiver
+from tests.receivers.case import Env, ReceiverCase
+from tests.receivers.cases import CASES
+from tests.support.receiver_kit import TOKEN, Harness, LocalIssuer, make_receiver
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "receivers"
 TYPES = sorted(CASES)

@@ -17,10 +17,11 @@ from pathlib import Path
 import aiohttp
 
 from notification_controller.core.webhook import webhook_path
+from tests.receivers.test_github import GITHUB_PUSH
 from tests.support.controllers import ControllerProcess, FlakySink, event, manifests, post_event
 from tests.support.nats_server import run_nats_server
 from tests.support.ports import free_port
-from tests.support.receiver_kit import GITHUB_PUSH, github_signature
+from tests.support.receiver_kit import github_signature
 
 FAST = ["--delivery-retry-base=50ms", "--delivery-retry-cap=300ms", "--store-ack-wait=2s"]
 TOKEN = "receiver-token-for-the-replay-test"

@@ -27,7 +27,9 @@ from notification_controller.app import App
 from notification_controller.core.webhook import webhook_path
 from notification_controller.server.receivers import ReceiverServerSettings
 from tests.integration.appkit import local_cluster, running_app
-from tests.support.receiver_kit import CASES, TOKEN, Env, Harness, LocalIssuer, make_receiver, ready_status
+from tests.receivers.case import Env
+from tests.receivers.cases import CASES
+from tests.support.receiver_kit import TOKEN, Harness, LocalIssuer, make_receiver, ready_status
 
 ROTATED = "rotated-receiver-token"
 SECRET_TYPES = sorted(t for t in CASES if t != ReceiverType.GENERIC_OIDC.value)
