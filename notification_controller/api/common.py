@@ -204,7 +204,15 @@ def share_fields_sets(model: ModelT) -> ModelT:
     Pydantic keeps a ``set`` of the names of the fields given explicitly in every instance: 216 bytes, 728
     with five names (a Condition's), ~1.5 KB per Alert in its seven models. Nothing here reads it but
     pydantic's ``exclude_unset``, and pydantic never changes it in place on a frozen model (``model_copy``
-    copies it first), so for frozen models (every model of ``api/``) sharing it changes nothing else."""
+    copies it first), so for frozen models (every model of ``api/``) sharing it changes nothing else.
+
+    Measured against not sharing (``tracemalloc``, 10,000 validated Alerts with a Ready condition, 5
+    alternating rounds, pydantic 2.14 / pydantic-core 2.50, issue 24): 47.2 MB without, 24.0 MB with it,
+    2,320 bytes saved per Alert. It leans on pydantic internals: the set lives in the
+    ``__pydantic_fields_set__`` slot, ``model_fields_set`` returns that object, ``object.__setattr__``
+    replaces it on a frozen model, equality ignores it, and ``model_copy``/``deepcopy`` copy it before
+    changing it. ``tests/unit/test_dependency_internals.py`` asserts each: a pydantic release that starts
+    changing the set in place (the one change that would make sharing wrong) fails there."""
     stack: list[Any] = [model]
     while stack:
         item = stack.pop()

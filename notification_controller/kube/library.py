@@ -16,6 +16,19 @@ real ``__init__`` into the same module object, after which it is the ordinary pa
 imported in full before ``load()`` (tests, tools), ``load()`` just uses it.
 
 A missing ``kubernetes_asyncio`` raises ``ModuleNotFoundError`` naming it, as a plain import would.
+
+Measured against the plain import (``import kubernetes_asyncio.client, kubernetes_asyncio.config``), each in a
+fresh interpreter, 7 alternating runs, medians, kubernetes_asyncio 36.1 on the loaded 2-core machine (issue
+24): 859 modules, 71.8 MB maximum RSS and 1.28 s, against 15 modules, 39.0 MB and 0.82 s for ``load()``
+(the interpreter with this package alone: 12.7 MB). Most of the 0.82 s is the library's dependencies
+(aiohttp, urllib3, dateutil: 0.3-0.4 s, loaded anyway); with those imported, ``load()`` takes 8 ms.
+
+What it leans on in kubernetes_asyncio, its module layout: the three packages above are packages, the
+submodules named in ``load()`` hold those names, ``config/`` takes only ``ApiClient`` and ``Configuration``
+from ``kubernetes_asyncio.client`` (set here before it is imported), and ``ApiClient`` finds models with
+``getattr(kubernetes_asyncio.client.models, name)`` (which completes the deferred package). A release that
+moves any of these fails ``tests/unit/test_dependency_internals.py`` (the layout) or
+``tests/unit/test_lazy_imports.py`` (the behaviour: the module count, the rest of the library on demand).
 """
 
 from __future__ import annotations
