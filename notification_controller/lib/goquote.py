@@ -24,7 +24,7 @@ The one known difference: the Unicode version of the printable set is Python's (
 its own (Go 1.21+: Unicode 15); a rune assigned in between is escaped here and kept by Go.
 
 Tested against Go's own table (``src/strconv/quote_test.go``'s ``quotetests`` and ``quoterunetests``, kept
-verbatim in ``tests/data/go_strconv_quote_test.txt``) by ``tests/unit/test_goquote.py``.
+verbatim in ``tests/data/go_strconv_quote_test.txt``) by ``tests/unit/lib/test_goquote.py``.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from notification_controller.lib.goquote import quote
 
-GO_TABLE = Path(__file__).parent.parent / "data" / "go_strconv_quote_test.txt"
+GO_TABLE = Path(__file__).resolve().parents[2] / "data" / "go_strconv_quote_test.txt"
 
 _SIMPLE = {"a": 7, "b": 8, "f": 12, "n": 10, "r": 13, "t": 9, "v": 11, "\\": 92, '"': 34, "'": 39}
 _LITERAL = re.compile(r'"(?:[^"\\]|\\.)*"|`[^`]*`|\'(?:[^\'\\]|\\.)*\'|0x[0-9a-fA-F]+(?:\s*\+\s*\d+)?')
