@@ -56,7 +56,14 @@ from urllib.request import getproxies, proxy_bypass
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
 from tenacity.stop import stop_base
 
-from ..core.redact import address_forms, credential_echoes, mask_token, redact_url, redact_urls_in
+from ..core.redact import (
+    address_forms,
+    credential_echoes,
+    mask_token,
+    mask_values,
+    redact_url,
+    redact_urls_in,
+)
 from ..errors import DeliveryError, FailureReason, PermanentDeliveryError, RetryableDeliveryError
 from ..lib.backoff import backoff
 from .h1client import METHODS as DIRECT_METHODS
@@ -324,9 +331,13 @@ class OutboundHTTP:
             # A provider or proxy may echo the request: mask the credentials in the forms sent (Basic,
             # Proxy-Authorization, URL/JSON-encoded), on the whole body before it is cut (issue 11 item 8),
             # and the address in the form it was sent, which a provider may have rewritten (issue 23 item 15).
+            # The known secrets by substring (Flux's masktoken); the address forms, which are guesses ("/hook"
+            # is a word), only where they stand whole: masking "hook" inside a Secret value that a later layer
+            # masks would leave the rest of that value readable ("CANARY-*****-4b7d-s3cr3t", issue 24).
+            echoes = credential_echoes(masks, headers, proxy or self._env_proxy(url))
             sent = {*address_forms(request.url), *address_forms(url)}
-            echoes = credential_echoes([*masks, *sent], headers, proxy or self._env_proxy(url))
-            shown = _mask(response.text(), [*echoes, *masks])[:1024]
+            shown = mask_values(_mask(response.text(), [*echoes, *masks]), credential_echoes(sent, {}))
+            shown = shown[:1024]
             text = _mask(f"request failed with status code {response.status}: {shown}", masks)
             status = response.status
             if verdict.retry:
