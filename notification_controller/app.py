@@ -43,7 +43,7 @@ from .errors import ConfigError, KubeError, StoreError
 from .hooks import Hooks, load_hooks_config
 from .metrics import DeliveryMetrics, EventMetrics, NoiseMetrics
 from .outbound import OutboundHTTP, RetryPolicy
-from .providers.tokens import TokenCache
+from .outbound.tokens import TokenCache
 from .sandbox import SandboxPool
 from .server.events import EventEndpoint, EventServerSettings
 from .server.events import runner_kwargs as event_runner_kwargs

@@ -144,6 +144,18 @@ class PermanentDeliveryError(DeliveryError):
     """A delivery attempt failed in a way that retrying cannot fix."""
 
 
+def rewrap(exc: DeliveryError, prefix: str) -> DeliveryError:
+    """The same error (kind, reason, failure, status, body) with ``prefix: `` in front of its message."""
+    message = f"{prefix}: {exc}"
+    reason, failure, status, body = exc.reason, exc.failure, exc.status, exc.body
+    if isinstance(exc, RetryableDeliveryError):
+        return RetryableDeliveryError(
+            message, reason=reason, failure=failure, status=status, body=body, retry_after=exc.retry_after
+        )
+    cls = PermanentDeliveryError if isinstance(exc, PermanentDeliveryError) else DeliveryError
+    return cls(message, reason=reason, failure=failure, status=status, body=body)
+
+
 class VerificationError(ControllerError):
     """A webhook request did not pass its receiver's checks. ``status`` is the HTTP answer."""
 

@@ -36,9 +36,9 @@ from ..core.redact import Redactor
 from ..errors import ControllerError, DeliveryError, PermanentDeliveryError, RetryableDeliveryError
 from ..metrics import EventMetrics
 from ..outbound import IDEMPOTENCY_KEY, OutboundHTTP
+from ..outbound.identity import WorkloadIdentity
+from ..outbound.tokens import TokenCache
 from ..providers.base import DeliveryContext
-from ..providers.identity import WorkloadIdentity
-from ..providers.tokens import TokenCache
 from ..sandbox import SandboxPool
 from ..settings import EventSettings, KubeSettings, Settings
 from ..store.base import Cluster, ObjectStore
@@ -76,7 +76,7 @@ class DispatchSettings:
     max_pending: int = EventSettings.max_pending
     provider_concurrency: int = EventSettings.provider_concurrency
     object_level_workload_identity: bool = False  # the ObjectLevelWorkloadIdentity feature gate
-    default_service_account: str = KubeSettings.default_service_account  # providers/identity.py
+    default_service_account: str = KubeSettings.default_service_account  # outbound/identity.py
     workload_identity_custom_endpoints: bool = KubeSettings.workload_identity_custom_endpoints
 
     @classmethod

@@ -352,7 +352,7 @@ class KubeCluster:
         while len(self._events) > EVENT_CACHE_SIZE:
             self._events.popitem(last=False)
 
-    # ---- workload identity (providers/identity.py) -----------------------------------------------------
+    # ---- workload identity (outbound/identity.py) -----------------------------------------------------
     async def get_service_account(self, namespace: str, name: str) -> dict[str, Any]:
         """``metadata`` of a ServiceAccount (a direct GET: ServiceAccounts are not cached here)."""
         answer = await self.client.request("GET", api_path("", "v1", "serviceaccounts", namespace, name))

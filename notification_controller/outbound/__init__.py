@@ -8,7 +8,7 @@ The retry decision is pure (``retry.py``); a failure is a ``DeliveryError`` with
 """
 
 from .client import IDEMPOTENCY_KEY, Budget, OutboundHTTP, RetryPolicy, masked
-from .request import OutboundRequest, OutboundResponse, shared_headers
+from .request import OutboundRequest, OutboundResponse, path_segment, shared_headers
 
 __all__ = [
     "IDEMPOTENCY_KEY",
@@ -18,5 +18,6 @@ __all__ = [
     "OutboundResponse",
     "RetryPolicy",
     "masked",
+    "path_segment",
     "shared_headers",
 ]

@@ -45,6 +45,12 @@ default). Flux does not check (its AMQP SDK only speaks TLS to the name it is gi
 client goes to the address host): a deliberate deviation. Google tokens go only to the Pub/Sub API that
 the operator configures (``googlepubsub.py``), never to a URL of the Provider, so they need no check.
 
+Why here and not among the providers: workload identity is an auth adapter of the outbound path shared by
+three provider types (as ``fluxcd/pkg/auth`` sits beside Flux's HTTP clients, not in a notifier). It used to
+live in ``providers/`` and closed a type-only import loop (``providers/base.py -> identity.py -> common.py ->
+base.py``); it now needs only the ``Caller`` protocol below, which ``providers.common.Caller`` implements, and
+``tests/unit/test_import_cycles.py`` keeps the graph acyclic counting ``TYPE_CHECKING`` imports (issue 24).
+
 Tests: ``AZURE_AUTHORITY_HOST`` and ``GCE_METADATA_HOST`` point at local servers as they would at
 sovereign clouds or a GKE metadata proxy; ``NC_GOOGLE_STS_URL`` and ``NC_GOOGLE_IAM_CREDENTIALS_URL`` (ours)
 replace Google's STS and IAM Credentials endpoints.
@@ -61,7 +67,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlencode, urlsplit
 
 from ..errors import (
@@ -70,11 +76,63 @@ from ..errors import (
     KubeError,
     PermanentDeliveryError,
     RetryableDeliveryError,
+    rewrap,
 )
-from ..outbound import OutboundRequest
-from .base import ProviderOptions
-from .common import Caller, go_json, path_segment, rewrap, str_field
+from ..lib.gojson import dumps as go_dumps
+from .request import OutboundRequest, OutboundResponse, path_segment
 from .tokens import CachedToken, TokenCache, cache_key, mint_or_cached
+
+if TYPE_CHECKING:
+    from ..api.provider import Provider
+    from ..core.redact import SecretValue
+
+
+class _Context(Protocol):
+    @property
+    def tokens(self) -> TokenCache | None: ...
+    @property
+    def identity(self) -> WorkloadIdentity | None: ...
+
+
+class _Options(Protocol):
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def provider(self) -> Provider | None: ...
+    @property
+    def proxy(self) -> SecretValue | None: ...
+
+
+class Caller(Protocol):
+    """What minting needs of one delivery (``providers.common.Caller`` is one): the delivery's context (token
+    cache, workload identity settings) and options (namespace, Provider, proxy), its budgeted and masked
+    send, and a way to mask a credential minted on the way. A protocol, so this package never imports the
+    providers (no import cycle, even counting type-only imports: tests/unit/test_import_cycles.py)."""
+
+    @property
+    def ctx(self) -> _Context: ...
+    @property
+    def opts(self) -> _Options: ...
+    def add_mask(self, *values: str) -> None: ...
+    async def send(
+        self,
+        request: OutboundRequest,
+        *,
+        what: str,
+        proxy: bool = False,
+        tls: bool = True,
+        check: Callable[[OutboundResponse], None] | None = None,
+    ) -> OutboundResponse: ...
+    async def send_json(
+        self, request: OutboundRequest, *, what: str, proxy: bool = False, tls: bool = True
+    ) -> Any: ...
+
+
+def str_field(item: Any, key: str) -> str | None:
+    """A string field of a JSON object, or None when absent or not a string."""
+    value = item.get(key) if isinstance(item, dict) else None
+    return value if isinstance(value, str) else None
+
 
 REASON = "workload_identity"
 GATE = "ObjectLevelWorkloadIdentity"
@@ -276,7 +334,7 @@ class WorkloadIdentity:
             "controller"
         )
 
-    def account_for(self, opts: ProviderOptions) -> AccountRef | None:
+    def account_for(self, opts: _Options) -> AccountRef | None:
         """``spec.serviceAccountName``, else the default ServiceAccount, else None (the controller's)."""
         explicit = opts.provider.spec.service_account_name if opts.provider is not None else ""
         if explicit:
@@ -391,7 +449,7 @@ def sts_request(url: str, audience: str, subject_token: str, scopes: Sequence[st
 
 
 def impersonation_request(url: str, access_token: str) -> OutboundRequest:
-    body = go_json({"lifetime": "3600s", "scope": list(GCP_SCOPES)})
+    body = go_dumps({"lifetime": "3600s", "scope": list(GCP_SCOPES)})
     headers = {"Content-Type": "application/json", "Authorization": f"Bearer {access_token}"}
     return OutboundRequest("POST", url, headers, body)
 

@@ -15,8 +15,14 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from urllib.parse import quote
 
 from multidict import CIMultiDict, CIMultiDictProxy
+
+
+def path_segment(text: str) -> str:
+    """Escape one URL path segment (``owner``, ``repo``, a SHA, a tenant...) as Go's ``url.PathEscape``."""
+    return quote(text, safe="-._~!$&'()*+,;=:@")
 
 
 @dataclass(frozen=True)

@@ -12,14 +12,14 @@ Two configurations, as in Flux:
 
 * **Workload identity** (Flux's fallback when the address is no SAS string and there is no ``token``) —
   the address is the hub name and ``spec.channel`` the namespace as above; the bearer token is an Azure AD
-  token for Event Hubs minted by ``identity.py``: from ``spec.serviceAccountName`` (or
+  token for Event Hubs minted by ``outbound/identity.py``: from ``spec.serviceAccountName`` (or
   ``--default-service-account``) under the ``ObjectLevelWorkloadIdentity`` gate, else from the controller's
   own federated token (``AZURE_FEDERATED_TOKEN_FILE``, ``AZURE_CLIENT_ID``, ``AZURE_TENANT_ID``).
 
 Flux uses the AMQP SDK; we use the Event Hubs REST API (``POST https://<ns>/<hub>/messages``), which
 delivers one event with the same body.
 
-Where the bearer goes (``identity.py``, "Where an access token may go"): a workload identity token is
+Where the bearer goes (``outbound/identity.py``, "Where an access token may go"): a workload identity token is
 the controller's (or minted with its RBAC), so ``spec.channel`` must then be a namespace name (one DNS
 label, the cloud's suffix appended as Flux does) or ``<name>.servicebus.windows.net`` (or the China / US
 Government suffix); anything else (``localhost:8080/``, ``evil.com``, ``a.servicebus.evil.com``) makes the
@@ -45,11 +45,9 @@ from urllib.parse import quote, quote_plus, urlsplit
 
 from ..api.event import Event
 from ..api.provider import ProviderType
-from ..errors import DeliveryError, ProviderConfigError
+from ..errors import DeliveryError, ProviderConfigError, rewrap
 from ..outbound import OutboundRequest
-from .base import DeliveryContext, ProviderOptions
-from .common import Caller, path_segment, rewrap
-from .identity import (
+from ..outbound.identity import (
     AZURE_HOSTS,
     AZURE_SCOPE_EVENT_HUBS,
     CUSTOM_ENDPOINTS_FLAG,
@@ -57,6 +55,8 @@ from .identity import (
     host_allowed,
     is_dns_label,
 )
+from .base import DeliveryContext, ProviderOptions
+from .common import Caller, path_segment
 from .message import with_text
 
 API_VERSION = "2014-01"

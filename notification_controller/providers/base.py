@@ -17,8 +17,8 @@ from .message import Message, Thread
 
 if TYPE_CHECKING:
     from ..outbound import OutboundHTTP
-    from .identity import WorkloadIdentity
-    from .tokens import TokenCache
+    from ..outbound.identity import WorkloadIdentity
+    from ..outbound.tokens import TokenCache
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ class DeliveryContext:
     http: OutboundHTTP
     alert: Alert | None = None
     tokens: TokenCache | None = None  # owned by the dispatcher (GitHub App and cloud tokens)
-    identity: WorkloadIdentity | None = None  # cloud workload identity (providers/identity.py)
+    identity: WorkloadIdentity | None = None  # cloud workload identity (outbound/identity.py)
     commit_status: str = ""  # git providers: this delivery's commit status id (dispatch/rules.py)
     message: Message | None = None  # a pre-send stage's message (template, group); None: Message.of(event)
     thread: Thread | None = None  # spec.threadBy: the conversation to post into (chat types that thread)

@@ -12,16 +12,11 @@ import base64
 import json
 from collections.abc import Callable, Sequence
 from typing import Any
-from urllib.parse import quote
 
 from ..core.gojson import dumps as go_dumps
-from ..errors import (
-    DeliveryError,
-    FailureReason,
-    PermanentDeliveryError,
-    RetryableDeliveryError,
-)
+from ..errors import DeliveryError, FailureReason, PermanentDeliveryError, rewrap
 from ..outbound import Budget, OutboundRequest, OutboundResponse, masked
+from ..outbound import path_segment as path_segment  # re-export: every forge builds paths with it
 from .base import DeliveryContext, ProviderOptions
 from .formatting import format_name_and_description as format_name_and_description  # re-export
 from .formatting import split_camelcase as split_camelcase  # re-export
@@ -49,11 +44,6 @@ def basic_auth(username: str, password: str) -> str:
     return "Basic " + base64.b64encode(raw).decode("ascii")
 
 
-def path_segment(text: str) -> str:
-    """Escape one URL path segment (``owner``, ``repo``, a SHA...)."""
-    return quote(text, safe="-._~!$&'()*+,;=:@")
-
-
 def token_or_password(opts: ProviderOptions) -> str:
     """The Secret's ``token``, else its ``password`` (GitHub, GitLab, Gitea fallback)."""
     return opts.token_text or opts.password_text
@@ -67,18 +57,6 @@ def token_or_password(opts: ProviderOptions) -> str:
 # ----------------------------------------------------------------------------------------------------
 # Sending several requests under one budget
 # ----------------------------------------------------------------------------------------------------
-
-
-def rewrap(exc: DeliveryError, prefix: str) -> DeliveryError:
-    """The same error (kind, reason, failure, status, body) with ``prefix: `` in front of its message."""
-    message = f"{prefix}: {exc}"
-    reason, failure, status, body = exc.reason, exc.failure, exc.status, exc.body
-    if isinstance(exc, RetryableDeliveryError):
-        return RetryableDeliveryError(
-            message, reason=reason, failure=failure, status=status, body=body, retry_after=exc.retry_after
-        )
-    cls = PermanentDeliveryError if isinstance(exc, PermanentDeliveryError) else DeliveryError
-    return cls(message, reason=reason, failure=failure, status=status, body=body)
 
 
 def is_not_found(exc: DeliveryError) -> bool:

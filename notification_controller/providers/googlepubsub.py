@@ -9,7 +9,7 @@ API, which the same topic serves identically:
 Credentials: the Secret's ``token`` holds a service-account JSON key. The access token comes from the
 key's ``token_uri`` through the JWT-bearer grant (RFC 7523: an RS256 assertion signed with the key,
 scopes ``pubsub`` and ``cloud-platform``) and is reused from the dispatcher's ``TokenCache`` until shortly
-before it expires. Without a ``token``, workload identity (``identity.py``, Flux's fallback): the token of
+before it expires. Without a ``token``, workload identity (``outbound/identity.py``, Flux's fallback): the token of
 ``spec.serviceAccountName`` (or ``--default-service-account``) exchanged at Google's STS under the
 ``ObjectLevelWorkloadIdentity`` gate, else the metadata server's (GKE workload identity, GCE), reused from
 the same cache. With ``PUBSUB_EMULATOR_HOST`` set and no ``token``, messages go unauthenticated to
@@ -36,13 +36,13 @@ from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 from ..api.event import Event
 from ..api.provider import ProviderType
-from ..errors import DeliveryError, FailureReason, PermanentDeliveryError, ProviderConfigError
+from ..errors import DeliveryError, FailureReason, PermanentDeliveryError, ProviderConfigError, rewrap
 from ..outbound import OutboundRequest
+from ..outbound.identity import gcp_access_token
+from ..outbound.tokens import CachedToken, TokenCache, cache_key, mint_or_cached
 from .base import DeliveryContext, ProviderOptions
-from .common import Caller, go_json, path_segment, rewrap, str_field
-from .identity import gcp_access_token
+from .common import Caller, go_json, path_segment, str_field
 from .message import with_text
-from .tokens import CachedToken, TokenCache, cache_key, mint_or_cached
 from .validation import require_url
 
 API_URL_ENV = "NC_GOOGLE_PUBSUB_API_URL"

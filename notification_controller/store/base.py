@@ -290,7 +290,7 @@ class Cluster(Protocol):
 
     async def get_service_account(self, namespace: str, name: str) -> dict[str, Any]:
         """The ``metadata`` of a ServiceAccount (its annotations name the cloud identity for workload
-        identity, ``providers/identity.py``). Missing → ``KubeError(status=404)``."""
+        identity, ``outbound/identity.py``). Missing → ``KubeError(status=404)``."""
         ...
 
     async def create_service_account_token(

@@ -30,10 +30,10 @@ from notification_controller.api.provider import ProviderType
 from notification_controller.core.redact import SecretValue
 from notification_controller.errors import DeliveryError, PermanentDeliveryError, RetryableDeliveryError
 from notification_controller.outbound import OutboundHTTP, RetryPolicy
+from notification_controller.outbound.tokens import TokenCache
 from notification_controller.providers.base import DeliveryContext, Notifier, ProviderOptions
 from notification_controller.providers.message import Message
 from notification_controller.providers.registry import create_notifier
-from notification_controller.providers.tokens import TokenCache
 from tests.support.capture import CapturedRequest, CaptureServer, Reply
 from tests.support.nats_server import jwt_auth, nkey_user, run_nats_server
 

@@ -36,13 +36,13 @@ from notification_controller.dispatch.dispatcher import Dispatcher, DispatchSett
 from notification_controller.errors import KubeError
 from notification_controller.metrics import EventMetrics
 from notification_controller.outbound import OutboundHTTP, RetryPolicy
-from notification_controller.providers.identity import (
+from notification_controller.outbound.identity import (
     AZURE_AUDIENCE,
     AZURE_SCOPE_DEVOPS,
     AZURE_SCOPE_EVENT_HUBS,
     GCP_SCOPES,
 )
-from notification_controller.providers.tokens import TokenCache
+from notification_controller.outbound.tokens import TokenCache
 from notification_controller.settings import KubeSettings, ServerSettings, Settings, TokenCacheSettings
 from notification_controller.store.base import ObjectStore
 from notification_controller.store.local import LOCAL_TOKEN_FILE_ANNOTATION, LocalCluster

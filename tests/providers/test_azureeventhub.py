@@ -14,18 +14,18 @@ import pytest
 
 from notification_controller.api.provider import Provider, ProviderType
 from notification_controller.errors import PermanentDeliveryError
-from notification_controller.providers.azureeventhub import (
-    AzureEventHubNotifier,
-    ConnectionString,
-    namespace_base,
-    sas_token,
-)
-from notification_controller.providers.identity import (
+from notification_controller.outbound.identity import (
     AZURE_HOSTS,
     AZURE_SCOPE_DEVOPS,
     AZURE_SCOPE_EVENT_HUBS,
     WorkloadIdentity,
     cloud_endpoint,
+)
+from notification_controller.providers.azureeventhub import (
+    AzureEventHubNotifier,
+    ConnectionString,
+    namespace_base,
+    sas_token,
 )
 from tests.providers.case import ProviderCase
 from tests.providers.git_support import config_error, make_event, only, opts

@@ -7,12 +7,12 @@ and description; else ``POST`` to the same URL with ``{"context":{"genre","name"
 The context name is the commit status id, the genre ``fluxcd`` (``fluxcd:<summary>`` when the event
 carries a ``summary``). ``info`` → ``succeeded``, ``error`` → ``error``; ``Progressing`` skipped. Auth: the
 Secret's ``token`` is a personal access token (basic auth with an empty user). Without one, workload
-identity (``identity.py``) mints an Azure AD token for Azure DevOps, sent the same way, as Flux hands it to
+identity (``outbound/identity.py``) mints an Azure AD token for Azure DevOps, sent the same way, as Flux hands it to
 the SDK's PAT connection. TLS settings apply to Azure DevOps, the proxy to the token endpoint only.
 That token is the controller's (or minted with its RBAC), so it goes only to Azure DevOps Services
 (``https://dev.azure.com``, ``https://<org>.visualstudio.com``), never to another host the address names
 (a deviation: Flux's client sends it to the address host); a test server needs the operator's
-``--workload-identity-custom-endpoints`` (``identity.py``). A personal access token from the Secret goes
+``--workload-identity-custom-endpoints`` (``outbound/identity.py``). A personal access token from the Secret goes
 to the address host, as in Flux.
 
 Deviation: we call the REST API directly with ``?api-version=6.0`` (Flux's SDK discovers the resource
@@ -27,12 +27,12 @@ from typing import Any, ClassVar
 from ...api.event import Event
 from ...api.provider import ProviderType
 from ...core.gojson import GoStruct
-from ...errors import DeliveryError, ProviderConfigError
+from ...errors import DeliveryError, ProviderConfigError, rewrap
 from ...lib.goquote import quote as go_quote
 from ...outbound import OutboundRequest
+from ...outbound.identity import AZURE_SCOPE_DEVOPS, azure_access_token
 from ..base import ProviderOptions
-from ..common import Caller, basic_auth, go_json, json_list, path_segment, rewrap, str_field
-from ..identity import AZURE_SCOPE_DEVOPS, azure_access_token
+from ..common import Caller, basic_auth, go_json, json_list, path_segment, str_field
 from .base import (
     CommitStatus,
     CommitStatusNotifier,

@@ -44,9 +44,9 @@ from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 from ...errors import FailureReason, PermanentDeliveryError, ProviderConfigError
 from ...outbound import OutboundRequest
+from ...outbound.tokens import CachedToken, TokenCache, cache_key, mint_or_cached
 from ..base import ProviderOptions
 from ..common import Caller, path_segment, str_field, token_or_password
-from ..tokens import CachedToken, TokenCache, cache_key, mint_or_cached
 from ..validation import require_url
 from .base import RepoAddress, parse_git_address
 

@@ -1,4 +1,4 @@
-"""The token cache the forges and cloud providers share (``providers/tokens.py``).
+"""The token cache the forges and cloud providers share (``outbound/tokens.py``).
 
 GitHub App installation tokens, Google and Azure access tokens are minted once and reused until 80 % of
 their lifetime (or ``--token-cache-max-duration``); a fake clock drives time.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
-from notification_controller.providers.tokens import CachedToken, TokenCache, cache_key
+from notification_controller.outbound.tokens import CachedToken, TokenCache, cache_key
 
 # The async tests come first: pytest-asyncio 1.5 leaks a loop when a sync test precedes an async one in a
 # module, pytest-asyncio#724.
