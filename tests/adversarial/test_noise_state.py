@@ -8,12 +8,15 @@ requests in flight on each), as anyone who reaches the port can. What was measur
   passed (keys were hidden on read, never deleted; each 21-byte value kept orjson's 4 KiB buffer);
 * ``notifyOn: StateChange``: 532 MB for 100,000 objects, and the keys had no TTL at all;
 * ``groupBy`` on an event field: one index value listing every group was rewritten with each new group,
-  so ingest fell from ~3,000 to ~300 events/s by 20,000 groups.
+  so ingest fell from ~3,000 to ~300 events/s by 20,000 groups. Here, in events per CPU-second of the
+  controller: 1,563 → 79 (0.05x) from 1,000 to 20,000 groups in memory, 352 → 77 (0.22x) from 500 to 5,000
+  on SQLite, where 424 of 6,500 events also lost their compare-and-set race and went out ungrouped.
 
 Asserted here, each with numbers printed under ``[noise]`` (``-s``): RSS growth per event bounded; the
 store's keys (``notification_noise_store_keys``) and the tracked ones (``notification_noise_keys``) fall to
 zero once the TTL has passed, with no event to trigger it; ingest at 20,000 groups at least
-``GROUP_RATE_RATIO`` of ingest at 1,000 groups (a ratio, not a wall time: the machine is shared); the caps
+``GROUP_RATE_RATIO`` of ingest at 1,000 groups (a ratio of CPU costs, not a wall time: the machine is
+shared); every noise row in SQLite has a TTL; the caps
 (``--noise-max-keys-per-alert``, ``--noise-max-groups-per-alert``) count every refusal in
 ``notification_noise_untracked_total`` and warn once. Counts are lower than the issue's so that the suite
 stays within minutes on two shared cores; the differences they show are 5-10x.
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sqlite3
 import time
 from collections import Counter
@@ -40,9 +44,10 @@ THRESHOLD_EVENTS = 40_000
 STATE_EVENTS = 20_000
 RSS_PER_EVENT_BOUND = 1_500
 """Bytes of RSS growth allowed per distinct event (measured after the fix: ~0.6 KB, before: ~4.5 KB)."""
-GROUP_RATE_RATIO = 0.35
-"""Ingest rate creating groups from 20,000 over the rate creating groups from 1,000 (measured after the fix:
-0.55-1.25 on two shared cores; before: 0.07)."""
+GROUP_RATE_RATIO = {"memory": 0.5, "sqlite": 0.3}
+"""Events per CPU-second of the controller creating groups from 20,000 over the same from 1,000 (5,000 over
+500 on SQLite): a ratio of CPU costs, which another process's load hardly moves. Measured after the fix:
+memory 1.1-1.2, SQLite 0.55-1.13 (its periodic sweep counts too); before: see the module docstring."""
 CONNECTIONS = 8
 PIPELINE = 16
 
@@ -75,6 +80,13 @@ def body(
         },
         separators=(",", ":"),
     ).encode()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` (all its threads), from /proc."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _request(payload: bytes) -> bytes:
@@ -279,8 +291,14 @@ async def test_ingest_does_not_collapse_with_many_groups(
                 return [body(f"obj-{i}", team=f"team-{i}") for i in range(start, start + count)]
 
             async def rate(start: int) -> float:
-                rounds = [await flood(port, teams(start + 500 * r, 500), retry_503=3) for r in range(3)]
-                return max(r for _, r in rounds)
+                """Events per CPU-second of the controller (its threads included): what another
+                process on the machine takes does not count, unlike events per wall second."""
+                best = 0.0
+                for r in range(3):
+                    used = cpu_seconds(proc.pid)
+                    await flood(port, teams(start + 500 * r, 500), retry_503=3)
+                    best = max(best, 500 / max(cpu_seconds(proc.pid) - used, 0.01))
+                return best
 
             await flood(port, teams(0, few_at), retry_503=3)
             few = await rate(few_at)
@@ -292,11 +310,11 @@ async def test_ingest_does_not_collapse_with_many_groups(
         finally:
             assert await proc.stop() == 0
     print(
-        f"\n[noise] groups ({store}): {few:.0f} events/s creating groups from {few_at}, {many:.0f} events/s "
-        f"creating groups from {many_at} (ratio {many / few:.2f}); {groups:.0f} groups open"
+        f"\n[noise] groups ({store}): {few:.0f} events per CPU-second creating groups from {few_at}, "
+        f"{many:.0f} creating groups from {many_at} (ratio {many / few:.2f}); {groups:.0f} groups open"
     )
     assert grouped == total and groups == total
-    assert many / few >= GROUP_RATE_RATIO, f"ingest fell from {few:.0f} to {many:.0f} events/s"
+    assert many / few >= GROUP_RATE_RATIO[store], f"ingest fell from {few:.0f} to {many:.0f} events/CPU-s"
     assert sink.unique == 0
 
 
