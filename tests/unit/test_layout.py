@@ -97,8 +97,7 @@ THROUGH: dict[str, str] = {
     "kube/library.py": "tests/e2e/test_kube_layer.py",
     "kube/metrics.py": "tests/e2e/test_ops_metrics_e2e.py",
     "outbound/client.py": "tests/integration/test_outbound.py",
-    # the two transports behind one seam: the same adversarial battery runs against both
-    "outbound/transport.py": "tests/adversarial/test_transport_parity.py",
+    # the proxied transport: the same adversarial battery runs against both transports
     "outbound/proxied.py": "tests/adversarial/test_transport_parity.py",
     # providers: shared pieces through the per-type modules and the conformance kit
     "providers/base.py": "tests/conformance/test_provider_conformance.py",
