@@ -28,7 +28,12 @@ from notification_controller.api.alert import Alert
 from notification_controller.api.event import Event
 from notification_controller.api.provider import ProviderType
 from notification_controller.core.redact import SecretValue
-from notification_controller.errors import DeliveryError, PermanentDeliveryError, RetryableDeliveryError
+from notification_controller.errors import (
+    DeliveryError,
+    FailureReason,
+    PermanentDeliveryError,
+    RetryableDeliveryError,
+)
 from notification_controller.outbound import OutboundHTTP, RetryPolicy
 from notification_controller.outbound.tokens import TokenCache
 from notification_controller.providers.base import DeliveryContext, Notifier, ProviderOptions
@@ -732,5 +737,6 @@ async def test_otel_exports_one_span_per_event(http: OutboundHTTP) -> None:
         )
         await deliver(notifier, helm, http, alert=otel_alert())
         assert len(srv.requests) == 2
-        with pytest.raises(DeliveryError, match="alert metadata not found in context"):
+        with pytest.raises(DeliveryError, match="alert metadata not found in context") as info:
             await deliver(notifier, make_event(), http)
+        assert info.value.failure is FailureReason.INTERNAL

@@ -13,7 +13,7 @@ from urllib.parse import parse_qs, quote_plus
 import pytest
 
 from notification_controller.api.provider import Provider, ProviderType
-from notification_controller.errors import PermanentDeliveryError
+from notification_controller.errors import FailureReason, PermanentDeliveryError
 from notification_controller.outbound.identity import (
     AZURE_HOSTS,
     AZURE_SCOPE_DEVOPS,
@@ -241,7 +241,7 @@ async def test_refused_destination_mints_nothing() -> None:
     message = str(info.value)
     assert message.startswith("refusing to send a workload identity token to http://127.0.0.1:8080 ")
     assert "u:p" not in message and "--workload-identity-custom-endpoints" in message
-    assert info.value.reason == "workload_identity"
+    assert info.value.reason == "workload_identity" and info.value.failure is FailureReason.AUTH
     WorkloadIdentity(custom_endpoints=True).require_destination(
         "http://127.0.0.1:8080", AZURE_HOSTS[AZURE_SCOPE_EVENT_HUBS], "spec.channel"
     )

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from notification_controller.api.provider import ProviderType
-from notification_controller.errors import PermanentDeliveryError, ProviderConfigError
+from notification_controller.errors import FailureReason, PermanentDeliveryError, ProviderConfigError
 from notification_controller.providers.git.base import (
     MAX_DESCRIPTION,
     change_request_number,
@@ -179,8 +179,9 @@ def test_commit_status_id_prefers_the_dispatcher_value_then_the_default_formula(
     event = make_event()
     assert commit_status_id(opts(ProviderType.GITHUB, commit_status="custom/id"), event) == "custom/id"
     assert commit_status_id(opts(ProviderType.GITHUB), event) == "kustomization/podinfo/0c9c2e41"
-    with pytest.raises(PermanentDeliveryError, match=r"^commit status cannot be empty$"):
+    with pytest.raises(PermanentDeliveryError, match=r"^commit status cannot be empty$") as info:
         commit_status_id(opts(ProviderType.GITHUB, uid=""), event)
+    assert info.value.failure is FailureReason.INVALID_CONFIG
 
 
 def test_token_or_password_fallback() -> None:

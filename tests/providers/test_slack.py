@@ -9,7 +9,7 @@ import json
 import pytest
 
 from notification_controller.api.provider import ProviderType
-from notification_controller.errors import PermanentDeliveryError
+from notification_controller.errors import FailureReason, PermanentDeliveryError
 from notification_controller.outbound import OutboundResponse
 from notification_controller.providers.slack import SlackNotifier
 from tests.providers.case import ProviderCase
@@ -92,8 +92,11 @@ def test_slack_web_api_response_is_validated() -> None:
     """Reference §4.1: on chat.postMessage a 200 with ``ok: false`` is a failure."""
     api = SlackNotifier(opts(ProviderType.SLACK, address="https://slack.com/api/chat.postMessage", token="t"))
     api.check_response(OutboundResponse(200, {}, b'{"ok":true}'))
-    with pytest.raises(PermanentDeliveryError, match=r"^Slack responded with error: channel_not_found$"):
+    with pytest.raises(
+        PermanentDeliveryError, match=r"^Slack responded with error: channel_not_found$"
+    ) as info:
         api.check_response(OutboundResponse(200, {}, b'{"ok":false,"error":"channel_not_found"}'))
+    assert info.value.failure is FailureReason.PROVIDER_ERROR  # a 2xx that says it failed
     with pytest.raises(PermanentDeliveryError, match="unable to unmarshal response body"):
         api.check_response(OutboundResponse(200, {}, b"ok"))
     hook = SlackNotifier(opts(ProviderType.SLACK, address="https://hooks.slack.com/services/X"))
