@@ -28,7 +28,6 @@ from . import logsetup
 from .controllers.events import EventRecorder
 from .controllers.manager import ControllerManager, ControllerSettings
 from .controllers.provider import ProviderReconciler
-from .core.clock import SystemClock
 from .core.ratelimit import FixedWindowLimiter
 from .core.redact import Redactor
 from .dispatch.dispatcher import Dispatcher, DispatchSettings
@@ -41,6 +40,7 @@ from .dispatch.rules import CommitStatusAtSend
 from .dispatch.templates import TemplateStage
 from .errors import ConfigError, KubeError, StoreError
 from .hooks import Hooks, load_hooks_config
+from .lib.clock import SystemClock
 from .metrics import DeliveryMetrics, EventMetrics, NoiseMetrics
 from .outbound import OutboundHTTP, RetryPolicy
 from .outbound.tokens import TokenCache

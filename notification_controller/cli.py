@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .core.duration import parse_duration
 from .lib.buildinfo import describe
+from .lib.duration import parse_duration
 from .settings import KNOWN_GATES, SECTIONS, Flag, Settings, all_flags, flag_fields
 
 

@@ -37,9 +37,9 @@ from ..api.objects import Object
 from ..api.provider import Provider
 from ..api.receiver import Receiver
 from ..core import conditions as cond
-from ..core.clock import Clock
 from ..core.redact import Redactor
 from ..errors import KubeError
+from ..lib.clock import Clock
 from ..logsetup import fields
 from ..store.base import Change, Cluster, Key, ObjectRef, ObjectStore
 from .events import NORMAL, WARNING, EventRecorder

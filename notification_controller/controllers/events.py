@@ -23,8 +23,8 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..core.clock import Clock
 from ..core.redact import Redactor
+from ..lib.clock import Clock
 from ..store.base import Cluster, ObjectRef
 
 log = logging.getLogger(__name__)

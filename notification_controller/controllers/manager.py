@@ -32,10 +32,10 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
 
-from ..core.clock import Clock
 from ..core.redact import Redactor
 from ..errors import ControllerError
 from ..hooks.reconcile import ReconcileHooks
+from ..lib.clock import Clock
 from ..logsetup import fields
 from ..settings import EventSettings, KubeSettings, Settings
 from ..store.base import Change, Cluster, Key, ObjectStore

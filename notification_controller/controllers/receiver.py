@@ -26,9 +26,9 @@ from typing import Any
 from ..api.common import Condition
 from ..api.receiver import OIDCProvider, Receiver, ReceiverSpec, ReceiverStatus
 from ..core import conditions as cond
-from ..core.duration import format_duration
 from ..core.webhook import path_digest_prefix, webhook_path
 from ..hooks.reconcile import receiver_children
+from ..lib.duration import format_duration
 from ..receivers import registry
 from ..store.base import Key, ObjectRef
 from .base import DONE, Reconciler, Result, StatusDraft

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from ..api.event import MD_ORIGIN_REVISION, MD_REVISION, MD_TOKEN, Event
-from .clock import Clock
+from ..lib.clock import Clock
 
 
 def event_key(event: Event, metadata: Mapping[str, str] | None = None) -> str:

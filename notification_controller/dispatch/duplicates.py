@@ -15,8 +15,8 @@ limiter knows the exact end of the window; Flux's emitters do not read it.
 
 from __future__ import annotations
 
-from ..core.clock import Clock
 from ..core.ratelimit import Decision
+from ..lib.clock import Clock
 from ..state.base import Store
 
 

@@ -31,9 +31,9 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from ..core.clock import Clock, SystemClock
 from ..errors import StoreError
 from ..lib.backoff import backoff
+from ..lib.clock import Clock, SystemClock
 from ..settings import EventSettings, Settings, StoreSettings
 from ..state.base import LaneStats, Lease, Store
 

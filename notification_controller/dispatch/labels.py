@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from ..core.apiref import InvalidReference, Use, validate_object_ref
-from ..core.clock import Clock, SystemClock
 from ..errors import ControllerError, KubeError
+from ..lib.clock import Clock, SystemClock
 from ..metrics import EventMetrics
 from ..settings import EventSettings
 from ..store.base import Cluster

@@ -46,7 +46,6 @@ from typing import Any, TypeVar
 from prometheus_client import CollectorRegistry
 
 from ..api.alert import Alert, NotifyOn, ThreadBy
-from ..core.clock import Clock
 from ..core.noise import (
     OCCURRENCES,
     Arrivals,
@@ -67,6 +66,7 @@ from ..core.noise import (
     threshold_step,
 )
 from ..errors import ControllerError, StoreError
+from ..lib.clock import Clock
 from ..lib.deadlines import Deadlines
 from ..lib.duration import parse_duration
 from ..metrics import NoiseMetrics

@@ -15,8 +15,8 @@ import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 
-from ..core.clock import Clock
 from ..errors import ControllerError
+from ..lib.clock import Clock
 from ..metrics import DeliveryMetrics
 from ..state.base import LaneStats, Lease, NewItem, Store
 from ..store.base import ObjectRef

@@ -17,7 +17,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry
 
 from ..api.hooks import HOOKS_FINALIZER, HooksConfig
-from ..core.clock import Clock, SystemClock
+from ..lib.clock import Clock, SystemClock
 from ..outbound import OutboundHTTP
 from ..store.base import Cluster, ObjectStore
 from .chain import Chain

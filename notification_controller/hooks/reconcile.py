@@ -40,7 +40,7 @@ from ..api.hooks import HookCapability
 from ..api.provider import Provider
 from ..api.receiver import Receiver
 from ..core import conditions as cond
-from ..core.clock import Clock, rfc3339
+from ..lib.clock import Clock, rfc3339
 from ..receivers.targets import DEFAULT_API_VERSIONS
 from ..store.base import ObjectStore
 from .chain import Applied, Chain, Stopped, invalid

@@ -25,8 +25,8 @@ from typing import ClassVar
 
 from ..api.event import Event
 from ..api.provider import ProviderType
-from ..core.clock import rfc3339
-from ..core.gojson import GoStruct, dumps
+from ..lib.clock import rfc3339
+from ..lib.gojson import GoStruct, dumps
 from ..outbound import OutboundRequest
 from .base import HTTPNotifier, ProviderOptions, json_headers
 from .message import Message

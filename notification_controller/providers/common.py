@@ -13,8 +13,8 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..core.gojson import dumps as go_dumps
 from ..errors import DeliveryError, FailureReason, PermanentDeliveryError, rewrap
+from ..lib.gojson import dumps as go_dumps
 from ..outbound import Budget, OutboundRequest, OutboundResponse, masked
 from ..outbound import path_segment as path_segment  # re-export: every forge builds paths with it
 from .base import DeliveryContext, ProviderOptions

@@ -19,8 +19,8 @@ from urllib.parse import urlsplit
 
 from ..api.event import SEVERITY_ERROR, Event
 from ..api.provider import ProviderType
-from ..core.gojson import dumps
 from ..errors import ProviderConfigError
+from ..lib.gojson import dumps
 from ..outbound import OutboundRequest
 from .base import HTTPNotifier, ProviderOptions
 from .message import Message

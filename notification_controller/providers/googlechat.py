@@ -12,7 +12,7 @@ from typing import ClassVar
 
 from ..api.event import SEVERITY_ERROR, Event
 from ..api.provider import ProviderType
-from ..core.gojson import GoStruct, dumps
+from ..lib.gojson import GoStruct, dumps
 from ..outbound import OutboundRequest
 from .base import HTTPNotifier, ProviderOptions, json_headers
 from .message import Message

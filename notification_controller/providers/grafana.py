@@ -18,7 +18,7 @@ from typing import ClassVar
 
 from ..api.event import Event
 from ..api.provider import ProviderType
-from ..core.gojson import GoStruct, dumps
+from ..lib.gojson import GoStruct, dumps
 from ..outbound import OutboundRequest
 from .base import HTTPNotifier, ProviderOptions, json_headers, obj_name
 from .message import Message

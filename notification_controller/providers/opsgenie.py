@@ -14,8 +14,8 @@ from typing import ClassVar
 
 from ..api.event import Event
 from ..api.provider import ProviderType
-from ..core.gojson import GoStruct, dumps
 from ..errors import ProviderConfigError
+from ..lib.gojson import GoStruct, dumps
 from ..outbound import OutboundRequest
 from .base import HTTPNotifier, ProviderOptions, json_headers
 from .message import Message

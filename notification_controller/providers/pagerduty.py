@@ -18,9 +18,9 @@ from urllib.parse import urlsplit
 
 from ..api.event import SEVERITY_ERROR, SEVERITY_INFO, SEVERITY_TRACE, Event
 from ..api.provider import ProviderType
-from ..core.clock import rfc3339
-from ..core.gojson import GoStruct, dumps
 from ..core.redact import redact_url
+from ..lib.clock import rfc3339
+from ..lib.gojson import GoStruct, dumps
 from ..outbound import Budget, OutboundRequest
 from .base import DeliveryContext, HTTPNotifier, ProviderOptions, json_headers
 from .formatting import format_name_and_description

@@ -30,10 +30,10 @@ from urllib.parse import urlsplit
 
 from ..api.event import SEVERITY_ERROR, SEVERITY_INFO, Event
 from ..api.provider import ProviderType
-from ..core.clock import rfc3339
-from ..core.gojson import GoStruct, dumps
 from ..core.redact import SecretValue
 from ..errors import ProviderConfigError
+from ..lib.clock import rfc3339
+from ..lib.gojson import GoStruct, dumps
 from ..outbound import OutboundRequest
 from .base import HTTPNotifier, ProviderOptions
 from .message import Message, with_text

@@ -25,8 +25,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ..api.event import SEVERITY_ERROR, Event
 from ..api.provider import ProviderType
-from ..core.gojson import GoStruct, dumps
 from ..errors import FailureReason, PermanentDeliveryError
+from ..lib.gojson import GoStruct, dumps
 from ..outbound import OutboundRequest, OutboundResponse
 from .base import DeliveryContext, HTTPNotifier, ProviderOptions, first_line, json_headers
 from .message import Message

@@ -21,8 +21,8 @@ from urllib.parse import quote
 
 from ..api.event import SEVERITY_ERROR, Event
 from ..api.provider import ProviderType
-from ..core.gojson import GoStruct, dumps
 from ..errors import ProviderConfigError
+from ..lib.gojson import GoStruct, dumps
 from ..outbound import OutboundRequest
 from .base import HTTPNotifier, ProviderOptions, json_headers
 from .message import Message

@@ -21,8 +21,8 @@ import orjson
 
 from ..api.common import Secret
 from ..api.receiver import Receiver
-from ..core.clock import Clock
 from ..errors import ControllerError, VerificationError
+from ..lib.clock import Clock
 from ..lib.goquote import quote as go_quote  # Go's %q, one home (issue 24 item 3)
 
 if TYPE_CHECKING:

@@ -17,8 +17,8 @@ from __future__ import annotations
 import base64
 import binascii
 
-from ..core.gojson import GoStruct, dumps
 from ..errors import VerificationError
+from ..lib.gojson import GoStruct, dumps
 from .base import HookRequest, JSONShapeError, Verified, VerifyContext, decode_struct
 from .oidc import OIDCError, bearer_token
 

@@ -21,7 +21,7 @@ import math
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from ..core.clock import Clock
+from ..lib.clock import Clock
 from ..state.base import Store
 
 

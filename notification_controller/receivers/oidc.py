@@ -36,8 +36,8 @@ from typing import Any
 
 import orjson
 
-from ..core.clock import Clock
 from ..errors import ControllerError, DeliveryError
+from ..lib.clock import Clock
 from ..outbound import OutboundHTTP, OutboundRequest, RetryPolicy
 
 ASYMMETRIC_ALGORITHMS = frozenset(

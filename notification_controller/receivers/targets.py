@@ -41,8 +41,8 @@ from ..core.apiref import (
     label_selector,
     validate_object_ref,
 )
-from ..core.clock import Clock, go_time_string
 from ..errors import ControllerError, KubeError
+from ..lib.clock import Clock, go_time_string
 from ..store.base import Cluster
 from .base import RawHeaders, load_json
 from .signatures import SignatureError, media_type

@@ -47,10 +47,10 @@ from aiohttp.http_exceptions import HttpProcessingError
 from prometheus_client import CollectorRegistry
 
 from ..api.receiver import Receiver
-from ..core.clock import Clock, SystemClock
 from ..core.conditions import is_ready
 from ..core.webhook import HOOK_PREFIX, path_digest_prefix
 from ..errors import StoreError, VerificationError
+from ..lib.clock import Clock, SystemClock
 from ..lib.promdefs import DEFAULT_BUCKETS, counter, histogram, http_server_metrics
 from ..outbound import OutboundHTTP
 from ..receivers import registry

@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qs
 
-from ..core.clock import Clock
 from ..errors import ConfigError
+from ..lib.clock import Clock
 from ..settings import StoreSettings
 from .base import DEFAULT_ACK_WAIT, DeadLetter, KVEntry, LaneStats, Lease, NewItem, Retention, Store
 

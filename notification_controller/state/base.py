@@ -16,7 +16,7 @@ pipeline never knows which backend it runs on (``open_store(url)`` picks one):
 * a small **KV** with compare-and-set and TTL for other shared state (receiver replay ids, noise control).
 
 Backends raise ``StoreError`` (``errors.py``) when the state cannot be reached; callers turn it into a 503
-(the emitter retries) and a metric. Time is injected (``core.clock.Clock``) where the backend keeps time
+(the emitter retries) and a metric. Time is injected (``lib.clock.Clock``) where the backend keeps time
 itself (memory, SQLite); JetStream keeps its own (ack wait, bucket TTLs), on the server.
 """
 

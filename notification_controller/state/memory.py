@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..core.clock import Clock, SystemClock
+from ..lib.clock import Clock, SystemClock
 from ..lib.deadlines import Deadlines
 from .base import DEFAULT_ACK_WAIT, DeadLetter, KVEntry, LaneStats, Lease, NewItem
 

@@ -85,8 +85,8 @@ from nats.js.api import (
 )
 from nats.js.kv import KeyValue
 
-from ..core.clock import Clock, SystemClock
 from ..errors import StoreError
+from ..lib.clock import Clock, SystemClock
 from .base import DEFAULT_ACK_WAIT, DeadLetter, KVEntry, LaneStats, Lease, NewItem, Retention
 
 log = logging.getLogger(__name__)

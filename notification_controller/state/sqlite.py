@@ -73,8 +73,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..core.clock import Clock, SystemClock
 from ..errors import StoreError
+from ..lib.clock import Clock, SystemClock
 from .base import DEFAULT_ACK_WAIT, DeadLetter, KVEntry, LaneStats, Lease, NewItem, Retention
 
 log = logging.getLogger(__name__)

@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from notification_controller.core.clock import ManualClock
 from notification_controller.errors import DeliveryError, FailureReason, RetryableDeliveryError
+from notification_controller.lib.clock import ManualClock
 from notification_controller.outbound import Budget, OutboundHTTP, OutboundRequest, RetryPolicy
 from notification_controller.receivers.oidc import OIDCClient
 from tests.support.capture import CaptureServer, ForwardProxy, Reply

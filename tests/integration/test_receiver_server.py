@@ -603,7 +603,7 @@ async def test_rejection_logs_are_budgeted(caplog: pytest.LogCaptureFixture) -> 
 
 async def test_replay_cache_and_token_bucket_are_bounded() -> None:
     """The replay store keeps digests (an 8 KB id costs 32 bytes) and evicts the oldest beyond its size."""
-    from notification_controller.core.clock import ManualClock
+    from notification_controller.lib.clock import ManualClock
     from notification_controller.receivers.guards import ReplayCache, TokenBucket
 
     clock = ManualClock()

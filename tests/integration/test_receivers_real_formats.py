@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from notification_controller.core.clock import ManualClock
+from notification_controller.lib.clock import ManualClock
 from notification_controller.receivers import registry
 from notification_controller.receivers.base import HookRequest, RawHeaders, VerifyContext
 from tests.receivers.support import serve

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from notification_controller.core.clock import ManualClock
+from notification_controller.lib.clock import ManualClock
 from notification_controller.state import NewItem, Store
 from notification_controller.state.memory import MemoryStore
 from notification_controller.state.nats import NATSStore

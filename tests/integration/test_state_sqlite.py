@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from notification_controller.core.clock import ManualClock
 from notification_controller.errors import StoreError
+from notification_controller.lib.clock import ManualClock
 from notification_controller.state import NewItem
 from notification_controller.state.sqlite import SCHEMA_VERSION, SQLiteStore
 

@@ -30,8 +30,8 @@ from prometheus_client import CollectorRegistry
 
 from notification_controller.api.common import Secret
 from notification_controller.api.receiver import Receiver
-from notification_controller.core.clock import ManualClock
 from notification_controller.core.webhook import webhook_path
+from notification_controller.lib.clock import ManualClock
 from notification_controller.server.receivers import (
     ReceiverServerSettings,
     create_receiver_app,

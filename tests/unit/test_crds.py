@@ -31,8 +31,8 @@ from notification_controller.api.provider import (
     ProviderType,
 )
 from notification_controller.api.receiver import Receiver, ReceiverSpec, ReceiverType
-from notification_controller.core.duration import DURATION_PATTERN, TIMEOUT_PATTERN
 from notification_controller.errors import ManifestError
+from notification_controller.lib.duration import DURATION_PATTERN, TIMEOUT_PATTERN
 
 REPO = Path(__file__).resolve().parents[2]
 CRDS = REPO / "crds"

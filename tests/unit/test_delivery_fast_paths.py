@@ -23,9 +23,9 @@ from prometheus_client import CollectorRegistry
 
 from notification_controller.api.event import Event
 from notification_controller.api.objects import parse_object
-from notification_controller.core.gojson import GoStruct, _dumps_stdlib, _sort_maps, dumps
 from notification_controller.core.metadata import _combine_with_sources, combine_metadata
 from notification_controller.dispatch.dispatcher import Dispatcher
+from notification_controller.lib.gojson import GoStruct, _dumps_stdlib, _sort_maps, dumps
 from notification_controller.metrics import EventMetrics
 from notification_controller.outbound import OutboundHTTP, OutboundRequest, RetryPolicy
 from notification_controller.store.base import ObjectStore

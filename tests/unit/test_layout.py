@@ -71,9 +71,6 @@ THROUGH: dict[str, str] = {
     "core/cel/values.py": "tests/unit/core/test_cel.py",
     "core/apiref.py": "tests/adversarial/test_api_path_injection.py",
     # re-export shims (issue 24 item 3 deletes them)
-    "core/clock.py": "tests/unit/lib/test_clock.py",
-    "core/duration.py": "tests/unit/lib/test_duration.py",
-    "core/gojson.py": "tests/unit/lib/test_gojson.py",
     "lib/buildinfo.py": "tests/unit/test_version.py",
     "lib/signing.py": "tests/integration/test_templates_app.py",
     "lib/deadlines.py": "tests/unit/test_state_memory.py",

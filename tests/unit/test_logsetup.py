@@ -67,8 +67,8 @@ async def test_a_reconcile_error_is_logged_with_fluxs_keys(restore_logging: None
     """Issue 16: a failed reconcile logs at error with name, namespace, "reconciler kind" and error."""
     from notification_controller.api.objects import parse_object
     from notification_controller.controllers.manager import ControllerManager
-    from notification_controller.core.clock import ManualClock
     from notification_controller.errors import KubeError
+    from notification_controller.lib.clock import ManualClock
     from notification_controller.store.base import ObjectStore
     from tests.support.recording_cluster import RecordingCluster
 

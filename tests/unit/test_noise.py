@@ -21,7 +21,6 @@ from notification_controller.api.alert import Alert
 from notification_controller.api.event import Event
 from notification_controller.api.objects import parse_object
 from notification_controller.api.provider import Provider
-from notification_controller.core.clock import ManualClock
 from notification_controller.core.noise import (
     MAX_GROUP_OBJECTS,
     MAX_GROUP_SAMPLES,
@@ -42,6 +41,7 @@ from notification_controller.core.noise import (
 from notification_controller.dispatch.model import Draft, Drop, Notification
 from notification_controller.dispatch.noise import SCAN_PER_TICK, NoiseControl, NoiseSettings
 from notification_controller.errors import StoreError
+from notification_controller.lib.clock import ManualClock
 from notification_controller.metrics import NoiseMetrics
 from notification_controller.state.base import KVEntry
 from notification_controller.state.memory import MemoryStore

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from notification_controller.core.clock import ManualClock
 from notification_controller.dispatch.durable import (
     DELIVERED,
     BreakerState,
@@ -22,9 +21,10 @@ from notification_controller.dispatch.durable import (
     DurableSettings,
     OutboxRunner,
     Outcome,
-    Result,
     RedeliveryPolicy,
+    Result,
 )
+from notification_controller.lib.clock import ManualClock
 from notification_controller.state import NewItem, Store, open_store
 from notification_controller.state.base import Lease
 

@@ -37,10 +37,10 @@ from notification_controller.controllers.manager import (
 from notification_controller.controllers.provider import ProviderReconciler
 from notification_controller.controllers.receiver import ReceiverReconciler
 from notification_controller.core import conditions as cond
-from notification_controller.core.clock import ManualClock
 from notification_controller.core.redact import Redactor
 from notification_controller.core.webhook import webhook_path
 from notification_controller.errors import KubeError
+from notification_controller.lib.clock import ManualClock
 from notification_controller.store.base import Change, Key, ObjectRef, ObjectStore
 from tests.support.capture import mint_tls
 from tests.support.recording_cluster import RecordingCluster

@@ -29,7 +29,7 @@ from notification_controller.controllers.alert import AlertReconciler
 from notification_controller.controllers.base import ReverseIndex
 from notification_controller.controllers.events import EventRecorder
 from notification_controller.controllers.provider import ProviderReconciler
-from notification_controller.core.clock import ManualClock
+from notification_controller.lib.clock import ManualClock
 from notification_controller.store.base import ObjectStore
 from notification_controller.store.local import LocalCluster, LocalManifests, load_directory
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from notification_controller.core.clock import ManualClock
 from notification_controller.errors import StoreError
+from notification_controller.lib.clock import ManualClock
 from notification_controller.state.base import NewItem, Retention
 from notification_controller.state.sqlite import SWEEP_CHUNK, SQLiteStore
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from notification_controller.core.clock import ManualClock
 from notification_controller.errors import ConfigError
+from notification_controller.lib.clock import ManualClock
 from notification_controller.state import NewItem, open_store
 from notification_controller.state.memory import MemoryStore
 from notification_controller.state.nats import NATSStore

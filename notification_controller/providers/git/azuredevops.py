@@ -26,8 +26,8 @@ from typing import Any, ClassVar
 
 from ...api.event import Event
 from ...api.provider import ProviderType
-from ...core.gojson import GoStruct
 from ...errors import DeliveryError, ProviderConfigError, rewrap
+from ...lib.gojson import GoStruct
 from ...lib.goquote import quote as go_quote
 from ...outbound import OutboundRequest
 from ...outbound.identity import AZURE_SCOPE_DEVOPS, azure_access_token

@@ -24,8 +24,8 @@ from urllib.parse import urlsplit
 
 from ...api.event import Event
 from ...api.provider import ProviderType
-from ...core.gojson import GoStruct
 from ...errors import ProviderConfigError
+from ...lib.gojson import GoStruct
 from ...lib.goquote import quote as go_quote
 from ...outbound import OutboundRequest
 from ..base import ProviderOptions

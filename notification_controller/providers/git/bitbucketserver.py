@@ -18,8 +18,8 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 from ...api.event import Event
 from ...api.provider import ProviderType
-from ...core.gojson import GoStruct
 from ...errors import FailureReason, PermanentDeliveryError, ProviderConfigError
+from ...lib.gojson import GoStruct
 from ...lib.goquote import quote as go_quote
 from ...outbound import OutboundRequest
 from ..base import ProviderOptions

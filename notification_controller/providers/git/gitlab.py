@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 from urllib.parse import quote
 
 from ...api.provider import ProviderType
-from ...core.gojson import GoStruct
+from ...lib.gojson import GoStruct
 from ...outbound import OutboundRequest
 from ..base import ProviderOptions
 from ..common import go_json, json_list, path_segment, str_field

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from ...api.provider import ProviderType
-from ...core.gojson import GoStruct
+from ...lib.gojson import GoStruct
 from ...outbound import OutboundRequest
 from ..base import ProviderOptions
 from ..common import Caller, go_json, str_field

@@ -30,10 +30,10 @@ from notification_controller.controllers.manager import ControllerManager
 from notification_controller.controllers.provider import ProviderReconciler
 from notification_controller.controllers.receiver import ReceiverReconciler
 from notification_controller.core import conditions as cond
-from notification_controller.core.clock import ManualClock
 from notification_controller.core.redact import Redactor
 from notification_controller.hooks import Hooks
 from notification_controller.hooks.client import error_answer
+from notification_controller.lib.clock import ManualClock
 from notification_controller.outbound import OutboundHTTP
 from notification_controller.store.base import ObjectStore
 from tests.support.capture import CaptureServer, Reply

@@ -16,10 +16,10 @@ import contextlib
 from prometheus_client import CollectorRegistry
 
 from notification_controller.api.event import Event
-from notification_controller.core.clock import SystemClock
 from notification_controller.core.ratelimit import FixedWindowLimiter
 from notification_controller.dispatch.dispatcher import Dispatcher
 from notification_controller.dispatch.duplicates import SharedDuplicateWindow
+from notification_controller.lib.clock import SystemClock
 from notification_controller.metrics import EventMetrics
 from notification_controller.outbound import OutboundHTTP
 from notification_controller.server.events import EventEndpoint
