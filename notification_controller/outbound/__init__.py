@@ -1,6 +1,7 @@
 """THE outbound HTTP path, for providers, hooks and OIDC discovery (``client.py``).
 
-One pooled session (plus one per SOCKS proxy), proxies, TLS, same-origin redirects, response bodies capped,
+One HTTP/1.1 client with a keep-alive pool (``h1client.py``: direct, CONNECT, absolute-form and SOCKS
+requests), proxies, TLS, same-origin redirects, response bodies capped,
 error texts masked, and one retry/deadline loop: ``OutboundHTTP.send`` retries within a time budget
 (``spec.timeout`` for a delivery, shared by every request of a multi-request delivery through ``Budget``).
 The retry decision is pure (``retry.py``); a failure is a ``DeliveryError`` with ``status``, a bounded

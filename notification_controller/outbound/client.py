@@ -16,28 +16,27 @@ checklist E7). No compressed answers are asked for (bodies are not decompressed)
 
 Which transport (the decision issue 24 item 2 asks to record)
 -------------------------------------------------------------
-Two adapters stay behind the one protocol, chosen per exchange by ``_transport_for`` (not inside the loop):
+ONE client for direct and proxied requests: ``h1client.H1Client`` (httptools/llhttp, asyncio), behind the
+``transport.Transport`` protocol. It tunnels HTTP CONNECT (TLS to the origin inside the tunnel with the
+Provider's TLS context, ``Proxy-Authorization`` from the proxy URL's userinfo), speaks SOCKS 4/5 through
+``python_socks``' asyncio API (the library aiohttp_socks wrapped), and sends plain http through an HTTP proxy
+in the absolute form, as Go's ``http.Transport`` and aiohttp did. aiohttp is no longer on the outbound path.
 
-* ``h1client.H1Client`` for every request without a proxy to an http(s) URL: measured after the issue-23
-  hardening at ~36-40 µs of CPU per POST against aiohttp's ~115-165 µs (16 concurrent POSTs to a local
-  sink, ``bench/``), and it passes the same hostile-server battery as aiohttp
-  (``tests/adversarial/test_transport_parity.py``). A delivered notification is one such POST, so this is
-  most of the outbound CPU the controller spends.
-* ``proxied.AiohttpTransport`` (aiohttp, aiohttp_socks) for proxied requests (HTTP CONNECT, SOCKS, the
-  environment's proxy) and for the rare URL the direct client does not send (credentials in the URL).
-
-Why not one client yet: moving CONNECT (TLS to the origin inside the tunnel, ``Proxy-Authorization`` from
-the proxy URL's userinfo) and SOCKS (``python_socks.async_.asyncio`` opening the tunnel socket, handed to
-``loop.create_connection(sock=...)``) into ``h1client`` is small code, but each needs the parity battery run
-through it and a proxy-specific battery (407, a proxy that closes mid-CONNECT, a SOCKS refusal, a proxy that
-answers the CONNECT with a body) that did not fit in the round that introduced this seam (issue 24, 2026-11-27).
-Proxied deliveries are rare (one setting per Provider), so aiohttp's extra ~100 µs there costs little; the
-seam makes the move one adapter swap, with the battery already parametrised over both paths.
+Measured (``bench/``, 16 concurrent POSTs to a local sink, CPU per POST): ~36-40 µs for this client after the
+issue-23 hardening against ~115-165 µs for aiohttp 3.14's; the hardening matched aiohttp's and Go's
+strictness (head limits, idle reaping, no reuse after an early answer, no resend after a reset) and the same
+hostile-server battery (``tests/adversarial/test_transport_parity.py``) passes directly and through a local
+HTTP proxy; ``tests/integration/test_socks_proxy.py`` and ``tests/unit/outbound/test_transport.py`` cover
+SOCKS, CONNECT refusals (407, 403), unreachable proxies and TLS through the tunnel. A delivered notification
+is one such POST, so this is most of the outbound CPU the controller spends; keeping two clients meant two
+sets of limits to keep equal (issue 23 items 3, 13, 14 each had to be fixed twice). Not supported, as
+before: methods other than GET/POST/PUT/PATCH/DELETE (no sender uses one).
 
 The retry loop: tenacity's ``AsyncRetrying`` is built once per client (its strategies are pure) and copied
-per delivery; the first attempt runs before tenacity is entered, inside the same ``for``: not a second
-mechanism, only the common case (a delivery that succeeds at once) not paying for tenacity's per-attempt
-bookkeeping. Measured: see ``tests/unit/test_outbound_retry.py`` and the report of issue 24.
+per delivery; the first attempt runs before tenacity is entered and its error is replayed as tenacity's
+attempt 1: not a second mechanism, only the common case (a delivery that succeeds at once) not paying for
+tenacity's per-attempt bookkeeping, nor importing tenacity (it is imported with the first retry). The loop on
+a virtual clock: ``tests/unit/outbound/test_client.py``.
 """
 
 from __future__ import annotations
@@ -50,11 +49,9 @@ import logging
 import ssl
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import urljoin, urlsplit
 from urllib.request import getproxies, proxy_bypass
-
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
-from tenacity.stop import stop_base
 
 from ..core.redact import (
     address_forms,
@@ -66,12 +63,13 @@ from ..core.redact import (
 )
 from ..errors import DeliveryError, FailureReason, PermanentDeliveryError, RetryableDeliveryError
 from ..lib.backoff import backoff
-from .h1client import METHODS as DIRECT_METHODS
-from .h1client import H1Client, direct_target
-from .proxied import AiohttpTransport
+from .h1client import H1Client
 from .request import InvalidHeader, OutboundRequest, OutboundResponse, wire_headers
 from .retry import classify_status, classify_transport
 from .transport import Exchange, Transport, TransportError
+
+if TYPE_CHECKING:  # tenacity itself is imported with the first retry (tests/unit/test_lazy_imports.py)
+    from tenacity import AsyncRetrying, RetryCallState
 
 log = logging.getLogger(__name__)
 
@@ -154,16 +152,14 @@ class OutboundHTTP:
         self._user_agent = user_agent
         self._env_proxies: dict[str, str] = {}
         self.attempts = 0  # total attempts made (observability and tests)
-        self._direct = H1Client(user_agent=user_agent)
-        self._proxied = AiohttpTransport(user_agent=user_agent)
+        self._transport: Transport = H1Client(user_agent=user_agent)
         self._retrying: AsyncRetrying | None = None
 
     async def start(self) -> None:
         self._env_proxies = {k: v for k, v in getproxies().items() if k in ("http", "https")}
 
     async def close(self) -> None:
-        await self._direct.close()
-        await self._proxied.close()
+        await self._transport.close()
 
     def _env_proxy(self, url: str) -> str | None:
         """HTTP(S)_PROXY from the environment (read once), honouring NO_PROXY."""
@@ -174,12 +170,6 @@ class OutboundHTTP:
         if proxy is None or _no_proxy(parts.hostname or ""):
             return None
         return proxy
-
-    def _transport_for(self, method: str, url: str, proxy: str | None) -> Transport:
-        """The direct client for an unproxied http(s) request it can send; aiohttp for the rest."""
-        if proxy is None and method in DIRECT_METHODS and direct_target(url) is not None:
-            return self._direct
-        return self._proxied
 
     async def send(
         self,
@@ -245,16 +235,16 @@ class OutboundHTTP:
 
     def _retrying_for(self, deadline: float) -> AsyncRetrying:
         """tenacity's loop for one delivery: built once per client, copied with this delivery's deadline."""
-        attempts = stop_after_attempt(self.policy.max_attempts)
+        from tenacity import AsyncRetrying, retry_if_exception_type
+
         if self._retrying is None:
             self._retrying = AsyncRetrying(
                 sleep=_sleep,
-                stop=attempts,
                 wait=functools.partial(_wait, self.policy),
                 retry=retry_if_exception_type(RetryableDeliveryError),
                 reraise=True,
             )
-        return self._retrying.copy(stop=attempts | _WaitPastDeadline(deadline))
+        return self._retrying.copy(stop=functools.partial(_stop, self.policy.max_attempts, deadline))
 
     async def _attempt(
         self,
@@ -296,7 +286,7 @@ class OutboundHTTP:
             for _ in range(MAX_REDIRECTS + 1):
                 via = proxy or (self._env_proxy(url) if self._env_proxies else None)
                 exchange = Exchange(request.method, url, headers, request.body, tls, limit, via)
-                response = await self._transport_for(request.method, url, via).send(exchange)
+                response = await self._transport.send(exchange)
                 if response.status in (301, 302, 303, 307, 308) and "Location" in response.headers:
                     target = urljoin(url, response.headers["Location"])
                     if _origin(target) != origin:
@@ -370,16 +360,14 @@ def _wait(policy: RetryPolicy, state: RetryCallState) -> float:
     return backoff(state.attempt_number - 1, policy.wait_min, policy.wait_max)
 
 
-class _WaitPastDeadline(stop_base):
-    """Stop (re-raising the last error) when the coming wait would end at or past the delivery's deadline:
-    a ``Retry-After`` or backoff that does not fit is not waited for, as Flux's context deadline would cut
-    it anyway. tenacity computes the wait before it asks ``stop`` (``upcoming_sleep``)."""
-
-    def __init__(self, deadline: float) -> None:
-        self.deadline = deadline
-
-    def __call__(self, retry_state: RetryCallState) -> bool:
-        return retry_state.upcoming_sleep >= self.deadline - asyncio.get_running_loop().time()
+def _stop(max_attempts: int, deadline: float, retry_state: RetryCallState) -> bool:
+    """tenacity's stop: after ``max_attempts``, or when the coming wait would end at or past the delivery's
+    deadline, the last error is re-raised now; a ``Retry-After`` or backoff that does not fit is not waited
+    for, as Flux's context deadline would cut it anyway. tenacity computes the wait before it asks ``stop``
+    (``upcoming_sleep``)."""
+    if retry_state.attempt_number >= max_attempts:
+        return True
+    return retry_state.upcoming_sleep >= deadline - asyncio.get_running_loop().time()
 
 
 def _no_proxy(host: str) -> bool:

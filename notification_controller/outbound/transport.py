@@ -1,9 +1,9 @@
 """The transport seam (issue 24 item 2): one protocol every HTTP client library sits behind, and the typed
 errors it raises. httpx's ``AsyncBaseTransport`` is the model: ``OutboundHTTP`` (``client.py``) owns the
 headers, redirects, status classification, retries and masking; a ``Transport`` sends ONE exchange and
-either returns the answer or raises a ``TransportError`` subclass. Each adapter translates its own library's
-exceptions inside itself (``h1client.H1Transport``: asyncio/ssl/socket; ``proxied.AiohttpTransport``:
-aiohttp and aiohttp_socks), so no library exception leaves its adapter and nothing above is ever told apart
+either returns the answer or raises a ``TransportError`` subclass. The adapter translates its own libraries'
+exceptions inside itself (``h1client.H1Client``: asyncio, ssl, socket, python_socks; aiohttp's adapter went
+with aiohttp's outbound use, issue 24), so no library exception leaves it and nothing above is ever told apart
 by a class name (``outbound/retry.py`` used to match ``"ClientConnectorError"`` and friends as strings).
 
 Each error class carries its ``FailureReason`` (the failure metric's class and what callers decide on),

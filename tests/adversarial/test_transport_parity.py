@@ -1,9 +1,11 @@
 """One hostile-server battery against both outbound transports (issue 23 items 3, 13, 14).
 
-``OutboundHTTP`` sends a request without a proxy through its own HTTP/1.1 client (``h1client.py``) and a
-proxied one through aiohttp. A Provider's endpoint is chosen by the tenant, so each case below is a raw
-``asyncio`` server on 127.0.0.1 that misbehaves on purpose, reached once directly and once through a local
-forward proxy (``tests.support.capture.ForwardProxy``). On both paths the outcome (delivered or not), the
+``OutboundHTTP`` sends every request through its own HTTP/1.1 client (``h1client.py``; aiohttp carried the
+proxied ones until issue 24, and this battery ran against both). A Provider's endpoint is chosen by the
+tenant, so each case below is a raw ``asyncio`` server on 127.0.0.1 that misbehaves on purpose, reached
+directly, through a local HTTP forward proxy (``tests.support.capture.ForwardProxy``: the absolute form for
+these http URLs) and through a local SOCKS5 proxy (``tests.support.socks5``). On every path the outcome
+(delivered or not), the
 failure reason, the error text, the number of requests the server saw, the time and the memory must be the
 same and bounded:
 
@@ -31,10 +33,11 @@ import pytest
 from notification_controller.errors import DeliveryError
 from notification_controller.outbound import OutboundHTTP, OutboundRequest, RetryPolicy
 from tests.support.capture import ForwardProxy
+from tests.support.socks5 import Socks5Proxy
 
 MiB = 1024 * 1024
 ATTEMPTS = 3
-TRANSPORTS = ["direct", "proxied"]
+TRANSPORTS = ["direct", "proxied", "socks"]
 
 Handler = Callable[["RawServer", asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -189,10 +192,21 @@ async def two_answers(server: RawServer, reader: asyncio.StreamReader, writer: a
         await writer.drain()
 
 
+@dataclass
+class Proxies:
+    """The two kinds of proxy a Provider may name: an HTTP forward proxy and a SOCKS5 one."""
+
+    forward: ForwardProxy
+    socks: Socks5Proxy
+
+    def url(self, transport: str) -> str | None:
+        return {"direct": None, "proxied": self.forward.url, "socks": self.socks.url}[transport]
+
+
 @pytest.fixture
-async def proxy() -> AsyncIterator[ForwardProxy]:
-    async with ForwardProxy() as forward:
-        yield forward
+async def proxy() -> AsyncIterator[Proxies]:
+    async with ForwardProxy() as forward, Socks5Proxy() as socks:
+        yield Proxies(forward, socks)
 
 
 @pytest.fixture
@@ -207,7 +221,7 @@ async def http() -> AsyncIterator[OutboundHTTP]:
 
 async def send(
     http: OutboundHTTP,
-    proxy: ForwardProxy,
+    proxy: Proxies,
     transport: str,
     url: str,
     *,
@@ -219,7 +233,7 @@ async def send(
     response = await http.send(
         OutboundRequest("POST", url, headers or {"Content-Type": "application/json"}, body),
         timeout=timeout,
-        proxy=proxy.url if transport == "proxied" else None,
+        proxy=proxy.url(transport),
     )
     return response.status
 
@@ -238,7 +252,7 @@ async def send(
     ids=["endless-value", "endless-distinct", "endless-repeated"],
 )
 async def test_endless_response_heads_are_refused_alike(
-    http: OutboundHTTP, proxy: ForwardProxy, transport: str, handler: Handler, detail: str
+    http: OutboundHTTP, proxy: Proxies, transport: str, handler: Handler, detail: str
 ) -> None:
     async with RawServer(handler) as server:
         rss_before, cpu_before, started = rss(), time.process_time(), time.monotonic()
@@ -259,7 +273,7 @@ async def test_endless_response_heads_are_refused_alike(
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_a_200_cut_by_a_reset_is_delivered_once(
-    http: OutboundHTTP, proxy: ForwardProxy, transport: str
+    http: OutboundHTTP, proxy: Proxies, transport: str
 ) -> None:
     async with RawServer(cut_200) as server:
         assert await send(http, proxy, transport, server.url + "/hook") == 200
@@ -268,7 +282,7 @@ async def test_a_200_cut_by_a_reset_is_delivered_once(
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_a_reset_without_any_answer_is_retried_alike(
-    http: OutboundHTTP, proxy: ForwardProxy, transport: str
+    http: OutboundHTTP, proxy: Proxies, transport: str
 ) -> None:
     async with RawServer(reset_silently) as server:
         with pytest.raises(DeliveryError) as caught:
@@ -280,7 +294,7 @@ async def test_a_reset_without_any_answer_is_retried_alike(
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_framing_and_host_headers_from_a_secret_are_the_transports(
-    http: OutboundHTTP, proxy: ForwardProxy, transport: str
+    http: OutboundHTTP, proxy: Proxies, transport: str
 ) -> None:
     """Go's ``Request.Write``: Host comes from the URL, Content-Length from the body, and a Secret's
     ``Transfer-Encoding`` never reaches the wire (the body would be read as chunks: request smuggling)."""
@@ -307,7 +321,7 @@ async def test_framing_and_host_headers_from_a_secret_are_the_transports(
 @pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize("value", ["a\x00b", "caf\u00e9", "\u20ac", "a\x7fb", "a\x01b"])
 async def test_control_and_non_ascii_header_values_are_refused_alike(
-    http: OutboundHTTP, proxy: ForwardProxy, transport: str, value: str
+    http: OutboundHTTP, proxy: Proxies, transport: str, value: str
 ) -> None:
     async with RawServer(answer_ok) as server:
         attempts = http.attempts
@@ -327,7 +341,7 @@ async def test_control_and_non_ascii_header_values_are_refused_alike(
 
 
 async def test_an_early_413_to_a_large_body_never_prefixes_the_next_request(
-    http: OutboundHTTP, proxy: ForwardProxy
+    http: OutboundHTTP, proxy: Proxies
 ) -> None:
     """Direct path only: through a proxy the client's peer is the proxy, which reads the whole body by its
     Content-Length (what it then sends upstream is its own connection's business; the test proxy, which
@@ -344,7 +358,7 @@ async def test_an_early_413_to_a_large_body_never_prefixes_the_next_request(
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_after_two_answers_in_one_read_the_next_request_goes_on_a_new_connection(
-    http: OutboundHTTP, proxy: ForwardProxy, transport: str
+    http: OutboundHTTP, proxy: Proxies, transport: str
 ) -> None:
     async with RawServer(two_answers) as server:
         assert await send(http, proxy, transport, server.url + "/one") == 200

@@ -93,8 +93,6 @@ THROUGH: dict[str, str] = {
     "kube/leader.py": "tests/unit/test_kube_pure.py",
     "kube/library.py": "tests/e2e/test_kube_layer.py",
     "kube/metrics.py": "tests/e2e/test_ops_metrics_e2e.py",
-    # the proxied transport: the same adversarial battery runs against both transports
-    "outbound/proxied.py": "tests/adversarial/test_transport_parity.py",
     # providers: shared pieces through the per-type modules and the conformance kit
     "providers/base.py": "tests/conformance/test_provider_conformance.py",
     "providers/options.py": "tests/conformance/test_provider_conformance.py",

@@ -1,19 +1,15 @@
 """The pure rules of the outbound path's wire (issue 23 items 3, 13, 15): which headers a request may carry
-(``request.wire_headers``), how an unreadable answer is named on both transports (``proxied.translate``)
+(``request.wire_headers``), how an unreadable answer is named (``transport.InvalidResponse``)
 and which forms of a sent address an echo is masked for (``core.redact.address_forms``)."""
 
 from __future__ import annotations
 
-import aiohttp
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from multidict import CIMultiDict, CIMultiDictProxy
-from yarl import URL
 
 from notification_controller.core.redact import address_forms
 from notification_controller.errors import FailureReason
-from notification_controller.outbound.proxied import translate
 from notification_controller.outbound.request import InvalidHeader, shared_headers, wire_headers
 from notification_controller.outbound.retry import classify_transport
 from notification_controller.outbound.transport import InvalidResponse
@@ -59,34 +55,18 @@ def test_a_value_is_accepted_exactly_when_it_is_printable_ascii_or_tab(value: st
         assert valid
 
 
-def test_unreadable_answers_have_one_reason_and_one_text_on_both_transports() -> None:
-    """What aiohttp's parser raises (its own 400) is translated by the proxied adapter into the direct
-    client's ``InvalidResponse``: one reason, one failure, one text, and never the server's bytes."""
-    info = aiohttp.RequestInfo(URL("http://h/"), "POST", CIMultiDictProxy(CIMultiDict()), URL("http://h/"))
-    pairs = [
-        (
-            InvalidResponse("too many header fields"),
-            aiohttp.ClientResponseError(info, (), status=400, message="Too many headers received"),
-        ),
-        (
-            InvalidResponse("header field too long"),
-            aiohttp.ClientResponseError(
-                info, (), status=400, message="Got more than 8190 bytes when reading: b'aaaa'."
-            ),
-        ),
-    ]
-    for direct, raised in pairs:
-        proxied = translate(raised)
-        assert isinstance(proxied, InvalidResponse)
-        for exc in (direct, proxied):
-            verdict = classify_transport(exc)
-            assert (verdict.retry, verdict.reason, verdict.failure) == (
-                True,
-                "invalid_response",
-                FailureReason.SERVER_ERROR,
-            )
-        assert direct.detail == proxied.detail == f"invalid response: {direct.problem}"
-        assert "aaaa" not in proxied.detail  # the server's bytes are never quoted
+def test_unreadable_answers_have_one_reason_and_one_text() -> None:
+    """An answer the client cannot read: one reason, one failure, one text, and never the server's bytes
+    (the hostile servers themselves: ``tests/adversarial/test_transport_parity.py``)."""
+    for problem in ("too many header fields", "header field too long"):
+        exc = InvalidResponse(problem)
+        verdict = classify_transport(exc)
+        assert (verdict.retry, verdict.reason, verdict.failure) == (
+            True,
+            "invalid_response",
+            FailureReason.SERVER_ERROR,
+        )
+        assert exc.detail == f"invalid response: {problem}"
 
 
 def test_address_forms_cover_a_rewritten_query_and_leave_short_parts_readable() -> None:

@@ -16,6 +16,7 @@ seconds, and no test waits for them in real time.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import datetime
 import socket
@@ -35,7 +36,6 @@ from notification_controller.errors import (
 )
 from notification_controller.outbound import OutboundHTTP, OutboundRequest, RetryPolicy
 from notification_controller.outbound.h1client import H1Client
-from notification_controller.outbound.proxied import AiohttpTransport
 from notification_controller.outbound.transport import (
     ConnectError,
     Disconnected,
@@ -47,8 +47,9 @@ from notification_controller.outbound.transport import (
     TransportError,
     TransportTimeout,
 )
-from tests.support.capture import ForwardProxy, mint_tls
+from tests.support.capture import CaptureServer, ForwardProxy, mint_tls
 from tests.support.pki import make_ca
+from tests.support.socks5 import Socks5Proxy
 
 pytestmark = pytest.mark.looptime
 
@@ -144,9 +145,9 @@ async def refuse_connect_403(reader: asyncio.StreamReader, writer: asyncio.Strea
 async def transport_error(
     url: str, *, proxy: str | None = None, tls: ssl.SSLContext | None = None, connect_timeout: float = 30.0
 ) -> TransportError:
-    """The error the adapter for this exchange raises (the direct client without a proxy, aiohttp with one)."""
+    """The error the transport raises for this exchange."""
     exchange = Exchange("POST", url, {"Content-Type": "application/json"}, b"{}", tls, 1 << 20, proxy)
-    transport = AiohttpTransport() if proxy else H1Client(connect_timeout=connect_timeout)
+    transport = H1Client(connect_timeout=connect_timeout)
     try:
         await transport.send(exchange)
     except TransportError as exc:
@@ -321,3 +322,162 @@ async def test_a_server_closing_in_the_middle_of_its_body_has_answered(via_proxy
         exc = await delivery_error(f"http://127.0.0.1:{port}/x", proxy=forward.url if via_proxy else None)
     assert_failure(exc, FailureReason.SERVER_ERROR, "http_502", RetryableDeliveryError)
     assert (exc.status, exc.body) == (502, "partial")
+
+
+# ---- one client through proxies: what goes on the wire, and the pool -------------------------------------------
+
+
+def basic(user: str, password: str) -> str:
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+async def test_https_through_an_http_proxy_is_a_connect_tunnel_with_the_proxy_credentials() -> None:
+    """Go's and aiohttp's way: ``CONNECT host:port`` with ``Proxy-Authorization`` from the proxy URL's userinfo
+    (percent-decoded), then TLS to the origin inside the tunnel with the Provider's context; the origin never
+    sees the proxy's credentials."""
+    material = mint_tls()
+    async with CaptureServer(tls=material) as origin, ForwardProxy(require_auth=("user", "p@ss")) as forward:
+        http = OutboundHTTP(ONE)
+        tls = material.client_context()  # one context: the pool keys on it (and on the proxy URL)
+        try:
+            proxy = forward.url_with_auth("user", "p%40ss")
+            for _ in range(2):
+                response = await http.send(
+                    OutboundRequest("POST", origin.url + "/x", {}, b"{}"),
+                    timeout=10,
+                    proxy=proxy,
+                    tls=tls,
+                )
+                assert response.status == 200
+        finally:
+            await http.close()
+        assert forward.seen == [f"127.0.0.1:{origin.port}"]  # one tunnel, reused for the second request
+        assert forward.auth == [basic("user", "p@ss")]
+        assert all("Proxy-Authorization" not in r.headers for r in origin.requests)
+        assert len(origin.requests) == 2
+
+
+async def test_http_through_an_http_proxy_is_the_absolute_form() -> None:
+    async with CaptureServer() as origin, ForwardProxy(require_auth=("u", "pw")) as forward:
+        http = OutboundHTTP(ONE)
+        try:
+            response = await http.send(
+                OutboundRequest("POST", origin.url + "/x?a=1", {}, b"{}"),
+                timeout=10,
+                proxy=forward.url_with_auth("u", "pw"),
+            )
+        finally:
+            await http.close()
+    assert response.status == 200
+    assert forward.seen == [f"{origin.url}/x?a=1"]  # the request line named the origin
+    assert forward.auth == [basic("u", "pw")]
+
+
+async def test_a_tunnel_is_never_lent_to_another_origin_or_another_proxy_or_a_direct_request() -> None:
+    material = mint_tls()
+    async with (
+        CaptureServer(tls=material) as one,
+        CaptureServer(tls=material) as two,
+        ForwardProxy() as first,
+        ForwardProxy() as second,
+    ):
+        http = OutboundHTTP(ONE)
+        tls = material.client_context()
+        try:
+            for server, proxy in [(one, first), (two, first), (one, second), (one, None), (one, first)]:
+                response = await http.send(
+                    OutboundRequest("POST", server.url + "/x", {}, b"{}"),
+                    timeout=10,
+                    proxy=proxy.url if proxy else None,
+                    tls=tls,
+                )
+                assert response.status == 200
+        finally:
+            await http.close()
+        # the first proxy tunnelled to each origin once (the last request reused the first tunnel)
+        assert first.seen == [f"127.0.0.1:{one.port}", f"127.0.0.1:{two.port}"]
+        assert second.seen == [f"127.0.0.1:{one.port}"]
+        assert len(one.requests) == 4 and len(two.requests) == 1
+
+
+async def connect_then_junk(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    await read_head(reader)
+    writer.write(b"HTTP/1.1 200 Connection established\r\n\r\nHTTP/1.1 200 OK\r\n\r\n")
+    await writer.drain()
+    await asyncio.sleep(3600)
+
+
+async def close_during_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    await read_head(reader)
+    writer.write(b"HTTP/1.1 200 Conn")
+    await writer.drain()
+
+
+@pytest.mark.parametrize(
+    ("handler", "detail", "retryable"),
+    [
+        (connect_then_junk, "the proxy sent bytes after its answer to CONNECT", False),
+        (close_during_connect, "the proxy closed the connection during CONNECT", True),
+    ],
+    ids=["bytes-after-200", "closed-mid-answer"],
+)
+async def test_a_proxy_out_of_step_during_connect_is_a_proxy_error(
+    handler: Handler, detail: str, retryable: bool
+) -> None:
+    async with raw_server(handler) as port:
+        error = await transport_error("https://origin.example/x", proxy=f"http://127.0.0.1:{port}")
+    assert type(error) is ProxyError and error.detail == detail and error.retryable is retryable
+
+
+@pytest.mark.parametrize("scheme", ["socks5", "socks5h"])
+async def test_socks5_and_socks5h_tunnel_with_the_name_resolved_by_the_proxy(scheme: str) -> None:
+    async with CaptureServer() as origin, Socks5Proxy(require_auth=("user", "pw")) as socks:
+        http = OutboundHTTP(ONE)
+        try:
+            url = f"http://localhost:{origin.port}/x"
+            response = await http.send(
+                OutboundRequest("POST", url, {}, b"{}"),
+                timeout=10,
+                proxy=f"{scheme}://user:pw@127.0.0.1:{socks.port}",
+            )
+        finally:
+            await http.close()
+    assert response.status == 200
+    assert socks.targets == [f"localhost:{origin.port}"]  # the name, not an address: the proxy resolved it
+    assert socks.credentials == [("user", "pw")]
+
+
+async def test_a_socks_refusal_is_a_permanent_proxy_error_and_an_unreachable_one_is_retried() -> None:
+    async with Socks5Proxy(require_auth=("user", "pw")) as socks:
+        proxy = f"socks5://user:wrong@127.0.0.1:{socks.port}"
+        error = await transport_error("http://origin.example/x", proxy=proxy)
+        assert type(error) is ProxyError and not error.retryable
+        exc = await delivery_error("http://origin.example/x", proxy=proxy)
+    assert_failure(exc, FailureReason.PROXY, "proxy", PermanentDeliveryError)
+    assert "wrong" not in str(exc)
+    unreachable = f"socks5://127.0.0.1:{closed_port()}"
+    assert type(await transport_error("http://origin.example/x", proxy=unreachable)) is ProxyUnreachable
+    exc = await delivery_error("http://origin.example/x", proxy=unreachable)
+    assert_failure(exc, FailureReason.PROXY, "connection", RetryableDeliveryError)
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [({}, basic("us er", "p@ss")), ({"Authorization": "Bearer t"}, "Bearer t")],
+    ids=["from-the-url", "a-header-wins"],
+)
+async def test_credentials_in_the_url_are_basic_auth_unless_a_header_says(
+    headers: dict[str, str], expected: str
+) -> None:
+    """Go's ``Request.Write`` (and aiohttp before): ``http://user:pass@host`` sends ``Authorization: Basic``
+    of the percent-decoded userinfo when the request has no Authorization header; never the userinfo itself."""
+    async with CaptureServer() as origin:
+        http = OutboundHTTP(ONE)
+        try:
+            url = f"http://us%20er:p%40ss@127.0.0.1:{origin.port}/x"
+            assert (await http.send(OutboundRequest("POST", url, headers, b"{}"), timeout=10)).status == 200
+        finally:
+            await http.close()
+    [request] = origin.requests
+    assert request.headers["Authorization"] == expected
+    assert request.headers["Host"] == f"127.0.0.1:{origin.port}"
