@@ -21,10 +21,10 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from ..core.redact import Redactor
 from ..lib.clock import Clock
+from ..lib.tokenbucket import KeyedBuckets
 from ..store.base import Cluster, ObjectRef
 
 log = logging.getLogger(__name__)
@@ -38,12 +38,6 @@ DEFAULT_MAX_TRACKED = 4096
 
 _ObjKey = tuple[str, str, str, str]  # kind, namespace, name, uid
 _EventKey = tuple[_ObjKey, str, str, str]  # object, type, reason, message
-
-
-@dataclass
-class _Bucket:
-    tokens: float
-    updated: float
 
 
 class EventRecorder:
@@ -66,7 +60,9 @@ class EventRecorder:
         self.refill_seconds = refill_seconds
         self.max_tracked = max_tracked
         self._repeats: OrderedDict[_EventKey, int] = OrderedDict()
-        self._buckets: OrderedDict[_ObjKey, _Bucket] = OrderedDict()
+        # client-go's spam filter on the one token bucket: one token back every ``refill_seconds``
+        rate = 1.0 / refill_seconds if refill_seconds > 0 else 0.0
+        self._buckets: KeyedBuckets[_ObjKey] = KeyedBuckets(rate, burst, max_keys=max_tracked)
         self.dropped = 0  # events refused by the spam filter
         self.failed = 0  # events the API refused
 
@@ -85,7 +81,7 @@ class EventRecorder:
         key: _EventKey = (obj, type_, reason, message)
         now = self._clock.monotonic()
 
-        if not self._take_token(obj, now):
+        if self._buckets.take(obj, now) is not None:
             self.dropped += 1
             log.debug(
                 "event for %s/%s/%s dropped by the spam filter: %s", ref.kind, ref.namespace, ref.name, reason
@@ -120,23 +116,6 @@ class EventRecorder:
     def forget(self, ref: ObjectRef) -> None:
         """Drop the state of a deleted object."""
         obj: _ObjKey = (ref.kind, ref.namespace, ref.name, ref.uid)
-        self._buckets.pop(obj, None)
+        self._buckets.forget(obj)
         for key in [k for k in self._repeats if k[0] == obj]:
             del self._repeats[key]
-
-    def _take_token(self, obj: _ObjKey, now: float) -> bool:
-        bucket = self._buckets.get(obj)
-        if bucket is None:
-            bucket = _Bucket(tokens=float(self.burst), updated=now)
-            self._buckets[obj] = bucket
-            while len(self._buckets) > self.max_tracked:
-                self._buckets.popitem(last=False)
-        else:
-            elapsed = max(0.0, now - bucket.updated)
-            bucket.tokens = min(float(self.burst), bucket.tokens + elapsed / self.refill_seconds)
-            bucket.updated = now
-            self._buckets.move_to_end(obj)
-        if bucket.tokens < 1.0:
-            return False
-        bucket.tokens -= 1.0
-        return True

@@ -42,6 +42,7 @@ import orjson
 from ..core.apiref import build_api_path
 from ..errors import KubeError
 from ..lib.retryafter import parse_retry_after
+from ..lib.tokenbucket import Bucket
 from . import library
 
 log = logging.getLogger(__name__)
@@ -73,28 +74,19 @@ Query = Sequence[tuple[str, str]]
 
 # ---- throttling -----------------------------------------------------------------------------------
 class TokenBucket:
-    """client-go's ``flowcontrol`` token bucket: ``qps`` tokens per second, at most ``burst`` saved.
-
-    ``reserve()`` takes a token now and returns how long the caller must wait for it (tokens may go
-    negative, like ``rate.Limiter.Reserve``), so waiters are served in arrival order without a lock.
-    ``qps <= 0`` disables throttling.
+    """client-go's ``flowcontrol`` throttle: ``qps`` tokens per second, at most ``burst`` saved, on the one
+    token bucket (``lib/tokenbucket.py``). ``reserve()`` takes a token now and returns how long the caller
+    must wait for it, so waiters are served in arrival order without a lock. ``qps <= 0`` disables it.
     """
 
     def __init__(self, qps: float, burst: int, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.qps = qps
-        self.burst = max(1, burst)
         self._clock = clock
-        self._tokens = float(self.burst)
-        self._last = clock()
+        self._bucket = Bucket(qps, burst, clock())
+        self.burst = self._bucket.burst
 
     def reserve(self) -> float:
-        if self.qps <= 0:
-            return 0.0
-        now = self._clock()
-        self._tokens = min(float(self.burst), self._tokens + (now - self._last) * self.qps)
-        self._last = now
-        self._tokens -= 1.0
-        return 0.0 if self._tokens >= 0 else -self._tokens / self.qps
+        return self._bucket.reserve(self._clock())
 
     async def acquire(self) -> None:
         delay = self.reserve()

@@ -17,59 +17,33 @@ per replica. Both are harmless (the reconcile annotation is idempotent), and doc
 from __future__ import annotations
 
 import hashlib
-import math
 from collections import OrderedDict
-from dataclasses import dataclass
 
 from ..lib.clock import Clock
+from ..lib.tokenbucket import KeyedBuckets, retry_after_header
 from ..state.base import Store
 
 
-@dataclass
-class _Bucket:
-    tokens: float
-    updated: float
-
-
 class TokenBucket:
+    """Per-Receiver buckets (``lib/tokenbucket.py``) read on the injected clock."""
+
     def __init__(self, rate: float, burst: int, clock: Clock, *, max_keys: int = 100_000) -> None:
-        self.rate = rate
-        self.burst = max(1, burst)
-        self.max_keys = max_keys
+        self._buckets: KeyedBuckets[str] = KeyedBuckets(rate, burst, max_keys=max_keys)
         self._clock = clock
-        self._buckets: OrderedDict[str, _Bucket] = OrderedDict()
+        self.rate, self.burst, self.max_keys = rate, self._buckets.burst, max_keys
 
     @property
     def enabled(self) -> bool:
-        return self.rate > 0
+        return self._buckets.enabled
 
     def __len__(self) -> int:
         return len(self._buckets)
 
     def take(self, key: str) -> float | None:
         """Take one token. Returns None when allowed, else the seconds to wait before retrying."""
-        if not self.enabled:
-            return None
-        now = self._clock.monotonic()
-        bucket = self._buckets.get(key)
-        if bucket is None:
-            bucket = _Bucket(float(self.burst), now)
-            self._buckets[key] = bucket
-            while len(self._buckets) > self.max_keys:
-                self._buckets.popitem(last=False)
-        else:
-            bucket.tokens = min(float(self.burst), bucket.tokens + (now - bucket.updated) * self.rate)
-            bucket.updated = now
-            self._buckets.move_to_end(key)
-        if bucket.tokens >= 1.0:
-            bucket.tokens -= 1.0
-            return None
-        return (1.0 - bucket.tokens) / self.rate
+        return self._buckets.take(key, self._clock.monotonic()) if self._buckets.enabled else None
 
-    @staticmethod
-    def retry_after_header(wait: float) -> str:
-        """Whole seconds, at least 1 (``Retry-After`` is an integer)."""
-        return str(max(1, math.ceil(wait)))
+    retry_after_header = staticmethod(retry_after_header)
 
 
 class ReplayCache:
