@@ -51,7 +51,7 @@ SENSITIVE_HEADERS = frozenset(
 
 
 @dataclasses.dataclass
-class Verdict:
+class AlertExplanation:
     alert: str
     matched: bool
     reason: str = ""
@@ -216,13 +216,15 @@ class Explainer:
             object_level_workload_identity=True,
         )
 
-    def explain(self, event: Event, labels: dict[str, str] | None = None) -> list[Verdict]:
+    def explain(self, event: Event, labels: dict[str, str] | None = None) -> list[AlertExplanation]:
         alerts = sorted(self.store.alerts(), key=lambda a: (a.metadata.namespace, a.metadata.name))
         return [self._one(alert, event, labels) for alert in alerts]
 
-    def _one(self, alert: Alert, event: Event, labels: dict[str, str] | None) -> Verdict:
+    def _one(self, alert: Alert, event: Event, labels: dict[str, str] | None) -> AlertExplanation:
         name = f"{alert.metadata.namespace}/{alert.metadata.name}"
-        verdict = Verdict(name, False, provider=f"{alert.metadata.namespace}/{alert.spec.provider_ref.name}")
+        verdict = AlertExplanation(
+            name, False, provider=f"{alert.metadata.namespace}/{alert.spec.provider_ref.name}"
+        )
         if alert.spec.suspend:
             verdict.reason = "suspended: spec.suspend is true"
             return verdict
@@ -262,7 +264,7 @@ class Explainer:
         self.drafts[name] = draft
         return verdict
 
-    async def request(self, verdict: Verdict, event: Event, http: OutboundHTTP | None) -> None:
+    async def request(self, verdict: AlertExplanation, event: Event, http: OutboundHTTP | None) -> None:
         """The exact request (masked) for a matched verdict; with ``http``, send it too."""
         draft = self.drafts[verdict.alert]
         assert draft.provider is not None
@@ -317,7 +319,7 @@ class Explainer:
 
 
 # ---- the commands ----------------------------------------------------------------------------------------
-def _print_text(event: Event, verdicts: list[Verdict], out: TextIO) -> None:
+def _print_text(event: Event, verdicts: list[AlertExplanation], out: TextIO) -> None:
     obj = event.involved_object
     out.write(
         f"event {obj.kind}/{obj.namespace}/{obj.name} ({event.severity or 'info'}, {event.reason or '-'})\n"
