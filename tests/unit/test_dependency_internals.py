@@ -110,8 +110,8 @@ def test_llhttp_wraps_a_callback_exception_with_it_as_context() -> None:
 
 
 def test_llhttp_stops_after_an_upgrade_request_whose_message_it_completed() -> None:
-    # http1.py catches HttpParserUpgrade BEFORE HttpParserError (it is not a subclass) and pops the
-    # completed request to refuse it.
+    # http1.py catches HttpParserUpgrade on its own (it is not an HttpParserError) and pops the completed
+    # request to refuse it.
     recorder = _Recorder()
     with pytest.raises(httptools.HttpParserUpgrade):
         httptools.HttpRequestParser(recorder).feed_data(
