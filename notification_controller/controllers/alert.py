@@ -30,6 +30,7 @@ says what takes effect, e.g. "filter; threshold 3 within 10m; state changes only
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from ..api import FINALIZER
@@ -108,6 +109,52 @@ def regex_error(alert: Alert) -> str | None:
     return None
 
 
+_SPEC_FIELD = re.compile(r"^(spec\.[A-Za-z0-9_.\[\]]*[A-Za-z0-9_\]])")
+MAX_MESSAGE_ERRORS = 10
+"""Most errors a Ready=False message lists (then "and N more"): a status message is bounded."""
+
+
+def field_of(message: str, default: str = "spec") -> str:
+    """The ``spec.…`` field a validation message starts with, else ``default``."""
+    match = _SPEC_FIELD.match(message)
+    return match.group(1) if match else default
+
+
+def alert_errors(alert: Alert) -> list[tuple[str, str, str]]:
+    """Every error of ``alert`` as (reason, field, message), in the order the reconciler reports them:
+    the CRD's bounds, each RE2 expression that does not compile, ``spec.filter`` (CEL, a bool over the
+    event's fields), each template (issue 25 item 4: all of them, not the first). ``check`` prints each;
+    the reconciler lists them in one Ready=False message with the first one's reason."""
+    errors = [(cond.VALIDATION_FAILED, field_of(m), m) for m in alert.spec.validation_errors()]
+    if not errors:  # an over-long list is not compiled at all
+        for name, field, expressions in (
+            ("inclusion", "inclusionList", alert.spec.inclusion_list),
+            ("exclusion", "exclusionList", alert.spec.exclusion_list),
+        ):
+            for i, expression in enumerate(expressions or []):
+                why = compile_error(expression)
+                if why:  # Flux's words, then RE2's reason
+                    message = f"failed to compile {name} regex: {expression} ({why})"
+                    errors.append((cond.VALIDATION_FAILED, f"spec.{field}[{i}]", message))
+    if alert.spec.filter and (why := filter_error(alert.spec.filter)) is not None:
+        errors.append((INVALID_CEL, "spec.filter", why))
+    template = alert.spec.template
+    if template is not None:
+        from ..core.templates import template_error  # Jinja2 on first use
+
+        for field, source in (("title", template.title), ("message", template.message)):
+            if (why := template_error(source)) is not None:
+                errors.append((INVALID_TEMPLATE, f"spec.template.{field}", f"spec.template.{field}: {why}"))
+    return errors
+
+
+def joined(messages: list[str]) -> str:
+    """Messages for one status condition: all of them up to ``MAX_MESSAGE_ERRORS``, then a count."""
+    shown = messages[:MAX_MESSAGE_ERRORS]
+    more = len(messages) - len(shown)
+    return "; ".join(shown) + (f"; and {more} more" if more else "")
+
+
 def cross_namespace_error(alert: Alert) -> str | None:
     ns = alert.metadata.namespace
     for i, source in enumerate(alert.spec.event_sources):
@@ -162,18 +209,11 @@ class AlertReconciler(Reconciler[Alert]):
     async def evaluate(self, obj: Alert, draft: StatusDraft) -> Result:
         """Always DONE: everything an Alert depends on is watched, no periodic requeue is needed."""
         generation = obj.metadata.generation
-        error = regex_error(obj)
-        if error is not None:
-            draft.mark_terminal(cond.VALIDATION_FAILED, error, generation)
-            return DONE
-        if obj.spec.filter and (error := filter_error(obj.spec.filter)) is not None:
-            draft.mark_terminal(INVALID_CEL, error, generation)
-            return DONE
-        if (error := alert_template_error(obj)) is not None:
-            draft.mark_terminal(INVALID_TEMPLATE, error, generation)
-            return DONE
+        errors = alert_errors(obj)
         if self.no_cross_namespace_refs and (error := cross_namespace_error(obj)) is not None:
-            draft.mark_terminal(ACCESS_DENIED, error, generation)
+            errors.append((ACCESS_DENIED, "spec.eventSources", error))
+        if errors:  # every error, the first one's reason (and Flux's message first where Flux has one)
+            draft.mark_terminal(errors[0][0], joined([message for _, _, message in errors]), generation)
             return DONE
         summary = noise_summary(obj)
         if summary:

@@ -64,6 +64,34 @@ def secret_keys(provider: Provider) -> set[Key]:
     return {(ns, ref.name) for ref in refs if ref is not None}
 
 
+def provider_errors(provider: Provider) -> list[tuple[str, str]]:
+    """The errors of ``provider`` that need no Secret, each as (field, message): the CRD's rules, the
+    body template, the commit-status CEL expression (for ``check``, issue 25 item 4)."""
+    spec = provider.spec
+    errors = [(_field_of(m), m) for m in spec.validation_errors()]
+    if spec.body_template:
+        from ..core.templates import template_error  # Jinja2 on first use
+
+        if (why := template_error(spec.body_template)) is not None:
+            errors.append(("spec.bodyTemplate", f"spec.bodyTemplate: {why}"))
+    if spec.commit_status_expr is not None and spec.type in COMMIT_STATUS_TYPES:
+        from ..core.cel import CELCompileError, OutputType, compile_expression  # on first use (issue 17)
+
+        try:
+            compile_expression(
+                spec.commit_status_expr, variables=COMMIT_STATUS_VARIABLES, output=OutputType.STRING
+            )
+        except CELCompileError as exc:
+            errors.append(("spec.commitStatusExpr", f"invalid commitStatusExpr expression: {exc}"))
+    return errors
+
+
+def _field_of(message: str) -> str:
+    from .alert import field_of
+
+    return field_of(message)
+
+
 class ProviderReconciler(Reconciler[Provider]):
     kind = "Provider"
     watched_kind = "Secret"

@@ -140,6 +140,21 @@ def oidc_cel_error(providers: Sequence[OIDCProvider]) -> str | None:
     return None
 
 
+def receiver_errors(receiver: Receiver) -> list[tuple[str, str]]:
+    """The errors of ``receiver`` that need no Secret, each as (field, message): the CRD's cross-field rules,
+    the CEL filters, the OIDC providers (for ``check``, issue 25 item 4)."""
+    spec = receiver.spec
+    errors: list[tuple[str, str]] = [("spec", m) for m in spec.validation_errors()]
+    if (why := cel_error(spec)) is not None:
+        field = "spec.resourceFilter" if why.startswith("invalid resourceFilter") else "spec.resources"
+        errors.append((field, why))
+    if spec.oidc_providers:
+        for why in (oidc_spec_error(spec.oidc_providers), oidc_cel_error(spec.oidc_providers)):
+            if why is not None:
+                errors.append(("spec.oidcProviders", why))
+    return errors
+
+
 class ReceiverReconciler(Reconciler[Receiver]):
     kind = "Receiver"
     watched_kind = "Secret"

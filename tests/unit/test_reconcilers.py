@@ -787,6 +787,52 @@ async def test_alert_with_bad_regex_is_terminal() -> None:
     )
 
 
+async def test_alert_reports_every_error_with_the_first_ones_reason() -> None:
+    """Issue 25 item 4: two bad regexes, a filter that is not a bool and one naming a missing field, a bad
+    template: one Ready=False message lists each (Flux's words first), not only the first."""
+    h = Harness()
+    h.add(
+        provider(),
+        alert(
+            inclusionList=["(unclosed"],
+            exclusionList=["a{2,1}"],
+            filter="event.severity",
+            template={"title": "{{ event.reason "},
+        ),
+    )
+    await h.settle("Provider", "webhook")
+    assert await h.alerts.reconcile((NS, "on-call")) == Result()
+    obj = h.get_alert()
+    assert (ready(obj).status, ready(obj).reason) == (ConditionStatus.FALSE, "ValidationFailed")
+    parts = ready(obj).message.removeprefix(
+        "Reconciliation failed terminally due to configuration error: "
+    ).split("; ")
+    assert parts[0] == "failed to compile inclusion regex: (unclosed (missing ))"
+    assert parts[1] == "failed to compile exclusion regex: a{2,1} (invalid repetition size)"
+    assert "expected bool, got string" in parts[2]
+    assert parts[3].startswith("spec.template.title: ")
+    assert len(parts) == 4
+
+
+async def test_alert_filter_naming_a_missing_event_field_is_invalid_cel() -> None:
+    h = Harness()
+    h.add(provider(), alert(filter="event.reasn == 'Progressing'"))
+    await h.settle("Provider", "webhook")
+    await h.alerts.reconcile((NS, "on-call"))
+    obj = h.get_alert()
+    assert ready(obj).reason == "InvalidCELExpression"
+    assert "undefined field 'reasn' (did you mean 'reason'?)" in ready(obj).message
+
+
+async def test_alert_status_message_is_bounded() -> None:
+    h = Harness()
+    h.add(provider(), alert(inclusionList=[f"({i}" for i in range(40)]))
+    await h.settle("Provider", "webhook")
+    await h.alerts.reconcile((NS, "on-call"))
+    message = ready(h.get_alert()).message
+    assert message.count("failed to compile inclusion regex") == 10 and message.endswith("; and 30 more")
+
+
 async def test_alert_follows_its_provider() -> None:
     """Missing Provider → not reconciled yet → Provider's failure → Ready; each step triggered by a watch."""
     h = Harness()

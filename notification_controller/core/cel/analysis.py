@@ -407,7 +407,7 @@ class _Checker:
 
     def _typed_fields(
         self, schema: Mapping[str, _SchemaType], steps: Sequence[_Step], *, test_only: bool
-    ) -> tuple[_Type, Sequence[_Step]]:
+    ) -> tuple[_Type, list[_Step]]:
         """The leading field selections of a typed variable: an unknown field is an error; the type of the
         last one selected (a nested object is a ``map(string, dyn)`` once left) and the steps left."""
         fields: _SchemaType = schema
@@ -423,7 +423,7 @@ class _Checker:
             self.analysis.literal_keys.add(step.name)
             fields, taken = selected, taken + 1
         current = fields if isinstance(fields, _Type) else _STRUCT
-        return current, steps[taken:]
+        return current, list(steps[taken:])
 
     def _selectable(self, step: _Step, operand: _Type) -> _Type:
         if operand.kind == "map":
