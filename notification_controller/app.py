@@ -281,6 +281,20 @@ class App:
         assert self.state is not None
         await self.state.ping()
 
+    def _status_objects(self) -> Iterator[dict[str, Any]]:
+        """``/status`` (server/health.py, ``notification-controller get``): the cache's objects, API-shaped."""
+
+        def shape(obj: Any) -> dict[str, Any]:  # an Alert, Provider or Receiver: the same four fields
+            return {
+                "kind": type(obj).__name__,
+                "metadata": {"namespace": obj.metadata.namespace, "name": obj.metadata.name},
+                "spec": {"suspend": obj.spec.suspend},
+                "status": {"conditions": [c.model_dump(by_alias=True, mode="json") for c in obj.status.conditions]},
+            }
+
+        for obj in (*self.store.alerts(), *self.store.providers(), *self.store.receivers()):
+            yield shape(obj)
+
     async def _serve(self, name: str, app: web.Application, addr: str) -> None:
         # Every listener gets the event server's connection limits (header/idle timeout, see server.events).
         options = event_runner_kwargs(EventServerSettings())
@@ -306,7 +320,7 @@ class App:
         if self.state is not None:
             self._tasks.append(asyncio.create_task(self._open_state(), name="state-store"))
         probe = self._probe_state if self.state is not None else None
-        await self._serve("health", create_health_app(self.ready, probe), s.server.health_addr)
+        await self._serve("health", create_health_app(self.ready, probe, self._status_objects), s.server.health_addr)
         await self._serve("metrics", create_metrics_app(self.registry), s.server.metrics_addr)
         if self._feeder is not None:
             with _no_gc(freeze=self._freeze_loaded):  # the first load builds objects that stay (issue 17)

@@ -1,4 +1,11 @@
-"""Flags and environment → ``Settings``, then ``app.run``. Nothing else.
+"""The ``notification-controller`` command: one dispatcher for every subcommand, and the controller's flags.
+
+The installed console script, ``python -m notification_controller`` and the image's ENTRYPOINT all land in
+``main``: a first argument that is a flag (or none) runs the controller, so Flux's Deployment args
+(``--watch-all-namespaces=true --log-level=info``) work unchanged; otherwise the first argument names a
+subcommand in ``COMMANDS``, a plain dict of name -> ``"module:function"`` imported only when called (the
+commands are siblings that do not import each other: pyproject's import contracts). A new command is one
+line there. ``run``'s flags and environment become ``Settings``, then ``app.run``.
 
 Flag names are Flux's where Flux has the flag (``--events-addr``, ``--receiverAddr`` ...); Go's flag
 syntax is accepted too: ``-flag``, ``--flag=value``, ``--flag value``, and booleans as ``--flag``,
@@ -8,6 +15,8 @@ syntax is accepted too: ``-flag``, ``--flag=value``, ``--flag value``, and boole
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import os
 import sys
 from collections.abc import Sequence
@@ -75,7 +84,12 @@ _PARSERS: dict[str, Any] = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="notification-controller", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        prog="notification-controller",
+        usage="notification-controller [COMMAND] [FLAGS]",
+        description=commands_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--version", action="version", version=describe(), help="print the version and exit")
     for section, name, flag, default in all_flags():
         help_text = flag.help + (
@@ -135,18 +149,103 @@ def check(settings: Settings) -> None:
         )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("notification_controller.cli:run_main", "run the controller (the default: flags only)"),
+    "get": ("notification_controller.get:main", "show Alerts, Providers or Receivers and their status"),
+    "explain": (
+        "notification_controller.explain:explain_main",
+        "say, for every Alert, whether an event matches it and what its Provider would receive",
+    ),
+    "send": ("notification_controller.explain:send_main", "send one sample event through one Provider"),
+    "check": ("notification_controller.check:main", "validate manifests (files, directories or stdin)"),
+    "dead-letters": (
+        "notification_controller.deadletters:main",
+        "list, replay or drop what a durable store gave up on",
+    ),
+    "version": ("notification_controller.cli:version_main", "print the version"),
+}
+"""Subcommand -> (``"module:function"`` taking the arguments after the name and returning the exit status,
+one line of help). Imported lazily: ``run`` never loads the tools, a tool never loads the controller."""
+
+
+def _available(target: str) -> bool:
+    module = target.partition(":")[0]
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ImportError:
+        return False
+
+
+def commands_help() -> str:
+    lines = ["Flux's notification-controller, in Python.", "", "commands:"]
+    for name, (target, help_) in COMMANDS.items():
+        if _available(target):
+            lines.append(f"  {name:<14}{help_}")
+    lines += [
+        "",
+        "'notification-controller COMMAND --help' for a command's flags. Without a command (or with 'run'),",
+        "the controller runs with the flags below.",
+    ]
+    return "\n".join(lines)
+
+
+def version_main(argv: Sequence[str]) -> int:
+    """The same line as ``--version`` (lib/buildinfo.py: the version is pyproject's)."""
+    if list(argv) in (["-h"], ["--help"]):
+        print("usage: notification-controller version\n\nprint the version and exit")
+        return 0
+    if argv:
+        print("usage: notification-controller version", file=sys.stderr)
+        return 2
+    print(describe())
+    return 0
+
+
+def run_main(argv: Sequence[str]) -> int:
+    args = list(argv)
     if args == ["--flags-table"]:
         print(flags_table())
-        return 0
-    if args[:1] == ["version"]:  # the same line as --version (lib/buildinfo.py: the version is pyproject's)
-        if args[1:]:
-            print("usage: notification-controller version", file=sys.stderr)
-            return 2
-        print(describe())
         return 0
     settings = parse_args(args)
     from .app import run
 
     return run(settings)
+
+
+def _dispatch(args: list[str]) -> int:
+    if not args or args[0].startswith("-"):
+        return run_main(args)
+    name, rest = args[0], args[1:]
+    entry = COMMANDS.get(name)
+    if entry is None:
+        print(
+            f"notification-controller: unknown command {name!r} (commands: {', '.join(COMMANDS)}; "
+            "flags without a command run the controller)",
+            file=sys.stderr,
+        )
+        return 2
+    module_name, _, function = entry[0].partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name != module_name:
+            raise
+        print(f"notification-controller: {name!r} is not available in this build", file=sys.stderr)
+        return 2
+    result = getattr(module, function)(rest)
+    return int(result or 0)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The console script: dispatch, and leave quietly when the reader of stdout goes away (``| head``)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        try:
+            return _dispatch(args)
+        finally:  # also after argparse's SystemExit (--help): the flush is where a closed pipe shows
+            sys.stdout.flush()
+    except BrokenPipeError:
+        # Python's documented recipe: point stdout at devnull so the interpreter's final flush is silent.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, as a shell reports a command killed by a closed pipe

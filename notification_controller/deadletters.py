@@ -1,4 +1,4 @@
-"""``python -m notification_controller dead-letters list|replay|drop``: act on what was given up on.
+"""``notification-controller dead-letters list|replay|drop``: act on what was given up on.
 
 A durable store (``--store=sqlite:…`` or ``nats://…``) keeps every notification that was not delivered
 within ``--delivery-max-age``, or that its provider refused for good, as a *dead letter* with its last
@@ -7,6 +7,11 @@ delivers them again, attempts counted afresh) or forgets them (``drop``). It tal
 so it works while the controller runs (NATS, or SQLite's WAL allows a second connection) or is stopped.
 
 Exit status: 0 done, 1 the store could not be used, 2 bad usage.
+
+A reading command creates nothing: a SQLite file that does not exist is an error (exit 1), not a new empty
+database (``--store sqlite:/typo.db`` said "nothing here" and left a file behind, issue 25 item 2). ``--alert``
+and ``--provider`` take ``NAME`` (in ``-n``, default ``flux-system``) or ``NAMESPACE/NAME``; ``-o
+text|json|yaml`` as every command; an empty list says so in words.
 
 Everything it prints came from outside: event names, reasons and messages from whoever could POST an event,
 errors from the provider's answer. The table escapes every control character (C0, DEL, C1, Unicode format
@@ -21,13 +26,13 @@ import argparse
 import asyncio
 import json
 import sys
-import unicodedata
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
 from .errors import ConfigError, StoreError
+from .lib.output import add_output_flag, dump, escape_cell, table
 from .settings import StoreSettings
 from .state import DeadLetter, Store, store_from_settings
 
@@ -71,33 +76,51 @@ def _time(epoch: float) -> str:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m notification_controller dead-letters",
+        prog="notification-controller dead-letters",
         description="List, replay or drop the notifications a durable store gave up on (docs/delivery.md).",
     )
     parser.add_argument("action", choices=("list", "replay", "drop"))
     parser.add_argument(
         "--store", required=True, help="the controller's --store URL (sqlite:PATH or nats://…)"
     )
-    parser.add_argument("--alert", metavar="NS/NAME", help="only dead letters of this Alert")
-    parser.add_argument("--provider", metavar="NS/NAME", help="only dead letters of this Provider")
+    parser.add_argument("--alert", metavar="[NS/]NAME", help="only dead letters of this Alert")
+    parser.add_argument("--provider", metavar="[NS/]NAME", help="only dead letters of this Provider")
+    parser.add_argument(
+        "-n",
+        "--namespace",
+        default=DEFAULT_NAMESPACE,
+        help=f"of a bare --alert/--provider name (default {DEFAULT_NAMESPACE})",
+    )
     parser.add_argument(
         "--id", dest="ids", action="append", default=[], metavar="ID", help="only these (repeat)"
     )
     parser.add_argument("--all", action="store_true", help="replay/drop: every dead letter (when no filter)")
-    parser.add_argument("--output", "-o", choices=("table", "json"), default="table")
+    add_output_flag(parser)
     for name in ("nats_creds", "nats_password_file", "nats_tls_ca", "nats_tls_cert", "nats_tls_key"):
         parser.add_argument("--store-" + name.replace("_", "-"), dest=name, type=Path)
     parser.add_argument("--store-nats-user", dest="nats_user", default="")
     return parser
 
 
-def _namespaced(value: str | None, what: str) -> str | None:
+DEFAULT_NAMESPACE = "flux-system"
+
+
+def _namespaced(value: str | None, what: str, namespace: str = DEFAULT_NAMESPACE) -> str | None:
     if value is None:
         return None
     ns, sep, name = value.partition("/")
-    if not sep or not ns or not name or "/" in name:
-        raise ConfigError(f"--{what} must be NAMESPACE/NAME, got {value!r}")
-    return value
+    if not sep:
+        ns, name = namespace, value
+    if not ns or not name or "/" in name:
+        raise ConfigError(f"--{what} must be NAME or NAMESPACE/NAME, got {value!r}")
+    return f"{ns}/{name}"
+
+
+def _require_existing(store: Store) -> None:
+    """A SQLite store must already exist: opening it would create an empty database."""
+    path = getattr(store, "path", None)
+    if isinstance(path, Path) and not path.is_file():
+        raise StoreError(f"{path}: no such database file (is --store the controller's?)")
 
 
 async def _select(store: Store, args: argparse.Namespace) -> list[DeadLetter]:
@@ -125,23 +148,24 @@ async def run(args: argparse.Namespace, out: TextIO) -> int:
         raise ConfigError(
             "the memory store keeps nothing outside the controller: use the controller's durable --store"
         )
+    _require_existing(store)
     await store.start()
     try:
         letters = await _select(store, args)
         if args.action == "list":
             rows = [describe(d) for d in letters]
-            if args.output == "json":
-                json.dump(rows, out, indent=2)
-                out.write("\n")
+            if args.output != "text":
+                dump(rows, args.output, out)
+            elif not rows:
+                out.write("no dead letters\n")
             else:
                 _table(rows, out)
             return 0
         ids = [d.id for d in letters]
         done = await (store.replay(ids) if args.action == "replay" else store.drop(ids)) if ids else 0
         verb = "replayed" if args.action == "replay" else "dropped"
-        if args.output == "json":
-            json.dump({verb: done, "ids": ids}, out)
-            out.write("\n")
+        if args.output != "text":
+            dump({verb: done, "ids": ids}, args.output, out)
         else:
             out.write(f"{verb} {done} dead letter{'s' if done != 1 else ''}\n")
         return 0
@@ -149,46 +173,21 @@ async def run(args: argparse.Namespace, out: TextIO) -> int:
         await store.close()
 
 
-_SHORT_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
-_UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
-"""Control (C0, DEL, C1), format (bidi overrides, zero-width), lone surrogates, line/paragraph separators."""
-
-
-def escape_cell(text: str) -> str:
-    """``text`` with nothing a terminal would act on: each unsafe character as a Python-style escape."""
-    if text.isprintable() and "\\" not in text:  # the common case, in C
-        return text
-    out = []
-    for ch in text:
-        short = _SHORT_ESCAPES.get(ch)
-        if short is not None:
-            out.append(short)
-        elif unicodedata.category(ch) in _UNSAFE_CATEGORIES:
-            code = ord(ch)
-            out.append(
-                f"\\x{code:02x}" if code < 0x80 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
-            )
-        else:
-            out.append(ch)
-    return "".join(out)
-
-
 def _table(rows: list[dict[str, Any]], out: TextIO) -> None:
     columns = ("id", "alert", "provider", "object", "attempts", "deadAt", "reason", "error")
-    cells = [[escape_cell(str(r[c]))[:120] for c in columns] for r in rows]
-    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
-    out.write("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip() + "\n")
-    for row in cells:
-        out.write("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() + "\n")
+    table(columns, [[escape_cell(str(r[c]))[:120] for c in columns] for r in rows], out)
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return 2 if exc.code else 0
     out = out or sys.stdout
     try:
-        _namespaced(args.alert, "alert")
-        _namespaced(args.provider, "provider")
+        args.alert = _namespaced(args.alert, "alert", args.namespace)
+        args.provider = _namespaced(args.provider, "provider", args.namespace)
         if args.action != "list" and not (args.ids or args.alert or args.provider or args.all):
             raise ConfigError(f"{args.action} needs --id, --alert, --provider or --all")
         return asyncio.run(run(args, out))

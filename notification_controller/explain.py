@@ -1,4 +1,4 @@
-"""``python -m notification_controller explain|send``: why an event did or did not notify, and "is my token right?".
+"""``notification-controller explain|send``: why an event did or did not notify, and "is my token right?".
 
 ``explain --event FILE.json (--manifests DIR | --kubeconfig FILE)`` reads the Alerts, Providers and Secrets
 (from a directory of YAML, or once from the API server), then for every Alert says **matched** or the first
@@ -10,7 +10,9 @@ prints the exact request the Provider would receive, after templates, with every
 sent unless ``--send`` is given. Noise control that needs state (threshold, state change, repeat, group) is
 decided at run time from the store: it is named, not simulated.
 
-``send --provider NS/NAME`` sends one sample event through one Provider and prints the outcome.
+``send --provider NAME [-n NAMESPACE]`` (or ``NS/NAME``; the namespace defaults to ``flux-system``, as
+``flux``'s) sends one sample event through one Provider and prints the outcome. ``explain -n NAMESPACE`` looks
+only at that namespace's Alerts. ``-o text|json|yaml`` as every command (lib/output.py).
 
 Exit status: 0 at least one Alert matched (``send``: delivered), 1 none matched (``send``: failed), 2 bad
 input (unreadable event or manifests, unknown Provider, API server unreachable).
@@ -39,6 +41,7 @@ from .dispatch.notifiers import NotifierCache
 from .dispatch.rules import flux_rules
 from .dispatch.templates import TemplateStage
 from .errors import ControllerError, DeliveryError
+from .lib.output import add_output_flag, dump
 from .outbound import OutboundHTTP, OutboundRequest
 from .providers.base import DeliveryContext, HTTPNotifier
 from .providers.generic import GenericHMACNotifier, GenericNotifier
@@ -352,7 +355,8 @@ def _print_text(event: Event, verdicts: list[AlertExplanation], out: TextIO) -> 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m notification_controller", description=__doc__.split("\n")[0]
+        prog="notification-controller",
+        description="Why an event did or did not notify, and is my Provider's token right?",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     for name, help_ in (
@@ -363,7 +367,7 @@ def _parser() -> argparse.ArgumentParser:
         source = cmd.add_mutually_exclusive_group(required=True)
         source.add_argument("--manifests", type=Path, help="a directory of YAML (local mode)")
         source.add_argument("--kubeconfig", help="read the objects from this cluster (once, read-only)")
-        cmd.add_argument("-o", "--output", choices=("text", "json"), default="text")
+        add_output_flag(cmd)
         if name == "explain":
             cmd.add_argument(
                 "--event", type=Path, required=True, help="the event, as Flux's JSON ('-': stdin)"
@@ -374,10 +378,19 @@ def _parser() -> argparse.ArgumentParser:
             cmd.add_argument(
                 "--no-cross-namespace-refs", action="store_true", help="as the controller's flag"
             )
+            cmd.add_argument(
+                "-n", "--namespace", help="only the Alerts of this namespace (default: every namespace)"
+            )
         else:
-            cmd.add_argument("--provider", required=True, help="NAMESPACE/NAME of the Provider")
+            cmd.add_argument("--provider", required=True, help="NAME (in --namespace) or NAMESPACE/NAME")
+            cmd.add_argument(
+                "-n", "--namespace", default=DEFAULT_NAMESPACE, help=f"default {DEFAULT_NAMESPACE}"
+            )
     return parser
 
+
+DEFAULT_NAMESPACE = "flux-system"
+"""Where a bare Provider name is looked up: Flux's own default namespace, as ``flux`` uses."""
 
 SAMPLE = {
     "involvedObject": {"kind": "Kustomization", "namespace": "flux-system", "name": "notification-test",
@@ -408,6 +421,8 @@ async def _run(args: argparse.Namespace, out: TextIO) -> int:
             event = _read_event(args.event)
             explainer = Explainer(store, no_cross_namespace_refs=args.no_cross_namespace_refs)
             verdicts = explainer.explain(event)
+            if args.namespace:
+                verdicts = [v for v in verdicts if v.alert.partition("/")[0] == args.namespace]
             matched = [v for v in verdicts if v.matched]
             http = OutboundHTTP() if args.send else None
             if http is not None:
@@ -418,13 +433,11 @@ async def _run(args: argparse.Namespace, out: TextIO) -> int:
             finally:
                 if http is not None:
                     await http.close()
-            if args.output == "json":
-                out.write(
-                    json.dumps(
-                        {"event": event.as_cel(), "alerts": [dataclasses.asdict(v) for v in verdicts]},
-                        indent=2,
-                    )
-                    + "\n"
+            if args.output != "text":
+                dump(
+                    {"event": event.as_cel(), "alerts": [dataclasses.asdict(v) for v in verdicts]},
+                    args.output,
+                    out,
                 )
             else:
                 _print_text(event, verdicts, out)
@@ -436,10 +449,15 @@ async def _run(args: argparse.Namespace, out: TextIO) -> int:
 
 
 async def _send(store: ObjectStore, args: argparse.Namespace, out: TextIO) -> int:
-    namespace, _, name = str(args.provider).partition("/")
+    namespace, sep, name = str(args.provider).partition("/")
+    if not sep:
+        namespace, name = args.namespace, args.provider
+    if not namespace or not name or "/" in name:
+        raise ControllerError(f"--provider must be NAME or NAMESPACE/NAME, got {args.provider!r}")
+    args.provider = f"{namespace}/{name}"
     provider = store.provider(namespace, name)
     if provider is None:
-        raise ControllerError(f"Provider '{args.provider}' not found")
+        raise ControllerError(f"Provider '{name}' not found in namespace '{namespace}'")
     notifiers = NotifierCache(store)
     options, notifier = notifiers.get(provider)
     event = Event.from_raw({**SAMPLE, "involvedObject": {**SAMPLE["involvedObject"], "namespace": namespace}})  # type: ignore[dict-item]
@@ -460,8 +478,8 @@ async def _send(store: ObjectStore, args: argparse.Namespace, out: TextIO) -> in
         }
     finally:
         await http.close()
-    if args.output == "json":
-        out.write(json.dumps(result) + "\n")
+    if args.output != "text":
+        dump(result, args.output, out)
     else:
         out.write(
             f"{args.provider} ({result['type']}): "
@@ -480,3 +498,13 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout, err: TextI
     except (ControllerError, OSError) as exc:
         err.write(f"error: {exc}\n")
         return 2
+
+
+def explain_main(argv: Sequence[str]) -> int:
+    """``notification-controller explain …`` (cli.COMMANDS)."""
+    return main(["explain", *argv])
+
+
+def send_main(argv: Sequence[str]) -> int:
+    """``notification-controller send …`` (cli.COMMANDS)."""
+    return main(["send", *argv])

@@ -175,4 +175,6 @@ async def test_send_reports_the_outcome_with_the_error_masked(tmp_path: Path) ->
         assert code == 1 and result["delivered"] is False and "401" in result["error"]
         assert SLACK_TOKEN not in out
         code, _, err = await cli("send", "--provider", "apps/nope", "--manifests", str(manifests))
-        assert code == 2 and "Provider 'apps/nope' not found" in err
+        assert code == 2 and "Provider 'nope' not found in namespace 'apps'" in err
+        code, out, _ = await cli("send", "--provider", "slack", "-n", "apps", "--manifests", str(manifests))
+        assert code == 0 and out == "apps/slack (slack): delivered\n"  # a bare name, looked up in -n

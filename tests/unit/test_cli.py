@@ -116,3 +116,70 @@ def test_the_token_cache_flags_reach_the_cache(tmp_path: Path) -> None:
     assert app.dispatcher.tokens is None
     app = App(parse_args(["--manifests", str(tmp_path), "--token-cache-max-size=7"], environ={}))
     assert app.dispatcher.tokens is not None and app.dispatcher.tokens._capacity == 7
+
+
+# ---- one command, every subcommand (issue 25 item 2) ------------------------------------------------------
+def test_top_level_help_lists_the_commands_and_leaks_no_docstring(capsys: pytest.CaptureFixture[str]) -> None:
+    from notification_controller.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["--help"])
+    assert exited.value.code == 0
+    text = capsys.readouterr().out
+    listed = [line.split()[0] for line in text.split("commands:")[1].split("\n\n")[0].strip().splitlines()]
+    assert {"run", "get", "explain", "send", "dead-letters", "version"} <= set(listed)
+    assert "``" not in text and "Settings" not in text.split("options:")[0]
+    assert "--watch-all-namespaces" in text  # and still the controller's flags
+
+
+def test_every_registered_command_resolves_lazily() -> None:
+    """The registry is name -> "module:function"; each resolves to a callable (``check`` once it lands)."""
+    import importlib
+    import importlib.util
+
+    from notification_controller.cli import COMMANDS
+
+    for name, (target, help_) in COMMANDS.items():
+        module_name, _, function = target.partition(":")
+        assert help_ and module_name.startswith("notification_controller."), name
+        if importlib.util.find_spec(module_name) is None:
+            assert name == "check", f"{name}: {module_name} does not exist"
+            continue
+        assert callable(getattr(importlib.import_module(module_name), function)), target
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "stream", "needle"),
+    [
+        (["frobnicate"], 2, "err", "unknown command 'frobnicate'"),
+        (["version", "extra"], 2, "err", "usage: notification-controller version"),
+        (["version"], 0, "out", "notification-controller "),
+        (["get", "gadgets"], 2, "err", "invalid choice"),
+        (["dead-letters", "list", "--store", "memory", "-o", "table"], 2, "err", "invalid choice"),
+        (["explain", "--manifests", "x", "--event", "y", "-o", "xml"], 2, "err", "invalid choice"),
+    ],
+)
+def test_dispatch_outcomes(
+    argv: list[str], code: int, stream: str, needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from notification_controller.cli import main
+
+    assert main(argv) == code
+    captured = capsys.readouterr()
+    assert needle in (captured.out if stream == "out" else captured.err)
+
+
+def test_a_missing_command_module_is_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from notification_controller import cli
+
+    monkeypatch.setitem(cli.COMMANDS, "later", ("notification_controller.not_written_yet:main", "later"))
+    assert cli.main(["later"]) == 2
+    assert "'later' is not available in this build" in capsys.readouterr().err
+
+
+def test_fluxs_deployment_args_still_run_the_controller() -> None:
+    """gotk-components' args, unchanged: a first argument that is a flag means ``run``."""
+    s = parse_args(["--watch-all-namespaces=true", "--log-level=info", "--log-encoding=json"], environ={})
+    assert s.kube.watch_all_namespaces is True and s.log.level == "info"
