@@ -10,7 +10,8 @@ A hook is a user service the controller calls at fixed points (``docs/hooks.md``
   the hook answered 2xx.
 
 The field is additive: Flux manifests without ``hooks`` stay valid, and the CRD gets no new default
-(absent ``version``/``timeout``/``ref.apiVersion``/``ref.kind`` mean ``v1``/``10s``/``v1``/``Service``), so
+(absent ``version``/``timeout``/``failurePolicy``/``ref.apiVersion``/``ref.kind`` mean
+``v1``/``10s``/``Fail``/``v1``/``Service``), so
 what the API server stores is exactly what the user wrote. Pure: no I/O (the config file is read by
 ``hooks.config``).
 """
@@ -53,6 +54,26 @@ class HookCapability(StrEnum):
     PRE_DISPATCH = "pre-dispatch"
     PRE_RECONCILE = "pre-reconcile"
     FINALIZE = "finalize"
+
+
+class FailurePolicy(StrEnum):
+    """What a failed call does (Kubernetes admission webhooks' ``failurePolicy`` vocabulary).
+
+    A call fails when the hook cannot be resolved or reached, times out, answers non-2xx without
+    ``continue: true`` (after the retries its phase allows) or sends an invalid answer. ``Fail``: the phase
+    fails as documented per phase (a notification is dropped, a reconcile is retried, a deletion waits).
+    ``Ignore``: the call is counted (outcome ``ignored``) and the chain goes on as if the hook had answered
+    "no change". A deliberate answer (a drop, a non-True condition) is never a failure.
+    """
+
+    FAIL = "Fail"
+    IGNORE = "Ignore"
+
+
+DEFAULT_FAILURE_POLICY = FailurePolicy.FAIL
+"""Kubernetes' default for admission webhooks, and fail-closed: a hook that redacts or vetoes notifications
+must not be skipped silently by an outage. docs/hooks.md ("Failure policy") says why and when to choose
+``Ignore`` (an enricher: an outage must not silence the cluster)."""
 
 
 class HookKind(StrEnum):
@@ -138,6 +159,14 @@ class Hook(Model):
         description="Phases the hook implements: pre-dispatch, pre-reconcile, finalize.",
         json_schema_extra={"x-kubernetes-list-type": "set"},
     )
+    failure_policy: FailurePolicy | None = Field(
+        None,
+        description=(
+            "What a failed call (unreachable, timed out, error answer, invalid answer) does: Fail (the "
+            "default) fails the phase (a pre-dispatch failure drops the notification); Ignore goes on as "
+            "if the hook had answered 'no change', counted with outcome 'ignored'."
+        ),
+    )
     secret_ref: LocalObjectReference | None = Field(
         None, description="Secret whose 'token' key signs requests (X-Signature: sha256=<hmac>)."
     )
@@ -169,6 +198,9 @@ class Hook(Model):
 
     def has(self, capability: HookCapability) -> bool:
         return capability in self.capabilities
+
+    def ignores_failures(self) -> bool:
+        return (self.failure_policy or DEFAULT_FAILURE_POLICY) is FailurePolicy.IGNORE
 
 
 def _unique_names(hooks: Sequence[Hook]) -> None:

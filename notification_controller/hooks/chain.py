@@ -4,8 +4,9 @@
 The phase-specific parts are two functions: ``request(state)`` builds the JSON sent to a hook from the
 current state, ``apply(hook, target, state, answer)`` turns a 2xx answer into the next state (``Applied``)
 or ends the chain on purpose (``Stopped``: a drop, a non-True condition). A hook error with ``continue``
-leaves the state as it was and goes on; any other error ends the chain with ``failure`` set. Every call
-is counted in ``notification_hook_calls_total{phase,hook,outcome}`` and timed.
+(the hook's choice) or from a hook with ``failurePolicy: Ignore`` (the declarer's choice) leaves the state
+as it was and goes on; any other error ends the chain with ``failure`` set. Every call is counted in
+``notification_hook_calls_total{phase,hook,outcome}`` and timed.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from ..logsetup import fields
 from .client import HookCallError, HookClient, HookTarget, TargetResolver
 from .metrics import HookMetrics, Outcome
 from .registry import BoundHook
@@ -77,16 +79,29 @@ class Chain:
                 answer = await self.client.call(target, request(result.state), retry=retry)
                 step = apply(bound, target, result.state, answer)
             except HookCallError as error:
+                ignored = not error.proceed and bound.hook.ignores_failures()
                 outcome = (
                     Outcome.CONTINUED
                     if error.proceed
+                    else Outcome.IGNORED
+                    if ignored
                     else Outcome.TIMEOUT
                     if error.timeout
                     else Outcome.ERROR
                 )
                 self.metrics.observe(phase, bound.name, outcome, time.monotonic() - started)
-                if error.proceed:
-                    log.info("%s hook %s failed, continuing as asked: %s", phase, bound.name, error)
+                if error.proceed or ignored:
+                    # continue: true is the hook's own answer (info); an ignored failure is an outage the
+                    # declarer chose to ride through: worth an operator's eye, one line per call.
+                    log.log(
+                        logging.INFO if error.proceed else logging.WARNING,
+                        "%s hook %s failed, continuing (%s): %s",
+                        phase,
+                        bound.name,
+                        "as asked" if error.proceed else "failurePolicy: Ignore",
+                        error,
+                        extra=fields(hook=bound.name, phase=phase, outcome=outcome.value),
+                    )
                     result.continued.append((bound, error))
                     continue
                 result.failure, result.hook = error, bound

@@ -23,6 +23,7 @@ class Outcome(StrEnum):
     ERROR = "error"  # error answer, connection error, invalid response
     TIMEOUT = "timeout"  # the hook's time budget ran out
     CONTINUED = "continued"  # error answer with "continue": true: went on unchanged
+    IGNORED = "ignored"  # failed call of a hook with failurePolicy: Ignore: went on unchanged
 
 
 class HookMetrics:
@@ -30,7 +31,7 @@ class HookMetrics:
         self.calls = counter(
             registry,
             "notification_hook_calls_total",
-            "Hook calls by phase, hook name and outcome (ok, changed, dropped, error, timeout, continued).",
+            "Hook calls by phase, hook name and outcome (ok, changed, dropped, error, timeout, continued, ignored).",
             ["phase", "hook", "outcome"],
         )
         self.duration = histogram(

@@ -655,6 +655,39 @@ async def test_finalize_continue_lets_the_deletion_go_on(http: OutboundHTTP) -> 
         assert r.calls("finalize", "cleanup", "continued") == 1
 
 
+async def test_finalize_failure_policy_ignore_lets_the_deletion_go_on(http: OutboundHTTP) -> None:
+    """Issue 25 item 6: failurePolicy Ignore — a stopped finalize hook does not hold the deletion, and the
+    call is counted ``ignored`` (with the default, Fail, it is held: the test above)."""
+    r = Rig(http)
+    url = f"http://127.0.0.1:{closed_port()}"
+    r.add(alert([hook("cleanup", url, "finalize", failurePolicy="Ignore")]))
+    await r.reconcile("Alert", "on-call")
+    r.store.upsert(deleting(r.get("Alert", "on-call")))
+    assert await r.reconcile("Alert", "on-call") == Result()
+    assert r.get("Alert", "on-call") is None
+    assert r.calls("finalize", "cleanup", "ignored") == 1
+
+
+async def test_pre_reconcile_failure_policy_ignore_keeps_the_object_ready(http: OutboundHTTP) -> None:
+    """A pre-reconcile hook answering 500 with Ignore: Ready as if it had answered "no change"; with Fail
+    (the default) the reconcile fails and is retried."""
+    async with CaptureServer() as server:
+        server.on("POST", "/hook", Reply(500, {"message": "audit service down"}))
+        r = Rig(http)
+        r.add(secret("test-token", token="test-token"))
+        r.add(receiver([hook("audit", server.url, failurePolicy="Ignore")]))
+        result = await r.settle("Receiver", "test-receiver")
+        assert result.error is None
+        assert r.condition("Receiver", "test-receiver", "Ready")[0] == "True"  # type: ignore[index]
+        assert r.calls("pre-reconcile", "audit", "ignored") >= 1
+        assert r.calls("pre-reconcile", "audit", "error") == 0
+
+        r.add(receiver([hook("audit", server.url)], name="strict"))  # the default: Fail
+        result = await r.settle("Receiver", "strict")
+        assert result.error is not None and "audit service down" in result.error
+        assert r.calls("pre-reconcile", "audit", "error") == 1
+
+
 async def test_dropping_the_finalize_hook_drops_the_extra_finalizer(http: OutboundHTTP) -> None:
     """The escape hatch: remove the hook from the spec and the object is no longer held."""
     async with CaptureServer() as server:
