@@ -27,28 +27,26 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import difflib
 import enum
 import json
-import re
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from .api import GROUP
 from .api.alert import Alert
 from .api.common import Secret
-from .api.messages import describe_error
+from .api.messages import describe_error_of, field_path, suggestion
 from .api.objects import _KINDS
 from .api.provider import Provider
 from .api.receiver import Receiver
 from .store import yamldoc
-from .store.local import _split_documents, manifest_files
+from .store.local import _split_documents, locate, manifest_files
 
 USAGE, FINDINGS, CLEAN = 2, 1, 0
 
@@ -70,94 +68,6 @@ class Finding:
         return f"{self.file}:{self.line}: {warning}{self.kind} {self.namespace}/{self.name}: {field}{self.message}"
 
 
-# ---- where a field is: the composed YAML nodes ------------------------------------------------------------
-
-
-def _locate(node: yaml.Node | None, path: Sequence[str | int]) -> int:
-    """The 0-based line of the deepest node of ``path`` present (a key's own line), 0 without a node."""
-    if node is None:
-        return 0
-    line = node.start_mark.line
-    for part in path:
-        if isinstance(node, yaml.MappingNode):
-            for key, value in node.value:
-                if isinstance(key, yaml.ScalarNode) and key.value == str(part):
-                    line, node = key.start_mark.line, value
-                    break
-            else:
-                return line
-        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
-            node = node.value[part]
-            line = node.start_mark.line
-        else:
-            return line
-    return line
-
-
-def _path(field: str) -> list[str | int]:
-    """``spec.eventSources[0].kind`` → ["spec", "eventSources", 0, "kind"]."""
-    out: list[str | int] = []
-    for part in re.findall(r"[^.\[\]]+|\[\d+\]", field):
-        out.append(int(part[1:-1]) if part.startswith("[") else part)
-    return out
-
-
-# ---- did you mean -----------------------------------------------------------------------------------------
-
-
-def _suggest(word: Any, choices: Sequence[str]) -> str:
-    if not isinstance(word, str):
-        return ""
-    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-def _model_at(model: type[BaseModel], path: Sequence[str | int]) -> type[BaseModel] | None:
-    """The model that holds the field at ``path`` (aliases), to list the names it accepts."""
-    current: Any = model
-    for part in path:
-        if isinstance(part, int):
-            continue
-        if not (isinstance(current, type) and issubclass(current, BaseModel)):
-            return None
-        found = None
-        for name, info in current.model_fields.items():
-            if part in (name, info.alias):
-                found = info.annotation
-                break
-        if found is None:
-            return None
-        current = _inner_model(found)
-    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
-
-
-def _inner_model(annotation: Any) -> Any:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in getattr(annotation, "__args__", ()) or ():
-        found = _inner_model(arg)
-        if found is not None:
-            return found
-    return None
-
-
-def _aliases(model: type[BaseModel]) -> list[str]:
-    return [info.alias or name for name, info in model.model_fields.items()]
-
-
-def _pydantic_message(model: type[BaseModel], error: Mapping[str, Any]) -> str:
-    message = describe_error(error)
-    loc = [p for p in error.get("loc", ()) if isinstance(p, str | int)]
-    if error.get("type") == "extra_forbidden" and loc:
-        holder = _model_at(model, loc[:-1])
-        if holder is not None:
-            message += _suggest(loc[-1], _aliases(holder))
-    elif error.get("type") == "enum":
-        expected = re.findall(r"'([^']*)'", str((error.get("ctx") or {}).get("expected", "")))
-        message += _suggest(error.get("input"), expected)
-    return message
-
-
 # ---- one document ----------------------------------------------------------------------------------------
 
 
@@ -171,7 +81,7 @@ class _Doc:
         self.namespace = str(metadata.get("namespace") or "default")
 
     def finding(self, field: str, message: str, severity: str = "error") -> Finding:
-        line = self.first_line + _locate(self.node, _path(field)) + 1
+        line = self.first_line + locate(self.node, field) + 1
         return Finding(self.file, line, self.kind, self.namespace, self.name, field, message, severity)
 
 
@@ -190,7 +100,7 @@ def _check_object(doc: _Doc) -> tuple[Alert | Provider | Receiver | Secret | Non
             if kind in kinds:
                 versions = sorted(v for v, k in _KINDS if k == kind)
                 return None, [doc.finding("apiVersion", f"unsupported version, use {versions[0]}")]
-            return None, [doc.finding("kind", f"unknown kind {kind!r}{_suggest(kind, kinds)}")]
+            return None, [doc.finding("kind", f"unknown kind {kind!r}{suggestion(kind, kinds)}")]
         return None, []  # another kind (GitRepository, Kustomization...): not ours to check
     try:
         obj = model.model_validate(_namespaced(raw))
@@ -200,8 +110,7 @@ def _check_object(doc: _Doc) -> tuple[Alert | Provider | Receiver | Secret | Non
         for error in exc.errors():
             loc = [p for p in error.get("loc", ()) if isinstance(p, str | int)]
             locs.append(loc)
-            field = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
-            findings.append(doc.finding(field, _pydantic_message(model, error)))
+            findings.append(doc.finding(field_path(loc), describe_error_of(model, error)))
         # The other fields still get the reconciler's checks (regexes, CEL, templates): the invalid parts
         # taken out, the rest validated again (once; if it still fails, what is left is not checkable).
         try:

@@ -55,8 +55,12 @@ class ConfigError(ControllerError):
 class ManifestError(ConfigError):
     """A document of a manifests directory could not be loaded."""
 
-    def __init__(self, message: str, *, source: str = "", index: int = 0, field: str = "") -> None:
-        where = source + (f"[{index}]" if source else "")
+    def __init__(
+        self, message: str, *, source: str = "", index: int = 0, field: str = "", line: int = 0
+    ) -> None:
+        # ``line`` (1-based, in the file) when the loader knows it: "file:line", as compilers and ``check``
+        # write it; else the 0-based document index, "file[index]" (issue 25 item 4).
+        where = source + ((f":{line}" if line else f"[{index}]") if source else "")
         prefix = f"{where}: " if where else ""
         if field:
             prefix += f"{field}: "
@@ -64,6 +68,7 @@ class ManifestError(ConfigError):
         self.source = source
         self.index = index
         self.field = field
+        self.line = line
 
 
 class ProviderConfigError(ConfigError):

@@ -9,8 +9,12 @@ Unknown error types keep pydantic's own message: it is still correct, only wordi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import difflib
+import re
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+from pydantic import BaseModel
 
 _TYPE_NAMES = {
     "int": "an integer",
@@ -56,3 +60,61 @@ def describe_error(error: Mapping[str, Any]) -> str:
         message = str(error.get("msg", "invalid value"))
         return message.removeprefix("Value error, ")
     return str(error.get("msg", "invalid value"))
+
+
+# ---- did you mean (issue 25 item 4) ----------------------------------------------------------------------
+
+
+def suggestion(word: Any, choices: Sequence[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``choices`` (``difflib``), else ""."""
+    if not isinstance(word, str):
+        return ""
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _inner_model(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found = _inner_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def model_at(model: type[BaseModel], path: Sequence[str | int]) -> type[BaseModel] | None:
+    """The model holding the fields at ``path`` (names or aliases; list indexes skipped), or None."""
+    current: type[BaseModel] | None = model
+    for part in path:
+        if isinstance(part, int):
+            continue
+        if current is None:
+            return None
+        annotation = next(
+            (info.annotation for name, info in current.model_fields.items() if part in (name, info.alias)),
+            None,
+        )
+        current = _inner_model(annotation) if annotation is not None else None
+    return current
+
+
+def describe_error_of(model: type[BaseModel], error: Mapping[str, Any]) -> str:
+    """``describe_error`` with a "did you mean" for an unknown field (the names ``model`` accepts there)
+    and for a value outside an enum (its values): ``eventSevirity``, ``slck``, ``Kustomisation``."""
+    message = describe_error(error)
+    loc = [p for p in error.get("loc", ()) if isinstance(p, str | int)]
+    if error.get("type") == "extra_forbidden" and loc:
+        holder = model_at(model, loc[:-1])
+        if holder is not None:
+            names = [info.alias or name for name, info in holder.model_fields.items()]
+            message += suggestion(loc[-1], names)
+    elif error.get("type") == "enum":
+        expected = re.findall(r"'([^']*)'", str((error.get("ctx") or {}).get("expected", "")))
+        message += suggestion(error.get("input"), expected)
+    return message
+
+
+def field_path(loc: Sequence[Any]) -> str:
+    """A pydantic ``loc`` as the user writes the field: ``spec.eventSources[0].kind``."""
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from ..errors import ManifestError
 from . import GROUP
 from .alert import Alert
 from .common import Secret
-from .messages import describe_error
+from .messages import describe_error_of, field_path, suggestion
 from .provider import Provider
 from .receiver import Receiver
 
@@ -48,20 +48,32 @@ def parse_object(
     metadata = raw.get("metadata")
     if isinstance(metadata, dict) and not metadata.get("namespace"):
         raw = {**raw, "metadata": {**metadata, "namespace": default_namespace}}
+    model: type[Alert] | type[Provider] | type[Receiver] | None = None
     try:
         if (api_version, kind) == ("v1", "Secret"):
             return Secret.from_manifest(raw)
         model = _KINDS.get((str(api_version), str(kind)))
         if model is None:
+            kinds = sorted({k for _, k in _KINDS})
+            hint = "" if kind in kinds else suggestion(kind, kinds)  # Alertt, not a wrong version of Alert
             raise ManifestError(
-                f"unsupported apiVersion/kind {api_version}/{kind}", source=source, index=index, field="kind"
+                f"unsupported apiVersion/kind {api_version}/{kind}{hint}",
+                source=source,
+                index=index,
+                field="kind",
             )
         obj = model.model_validate(raw)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(p) for p in first.get("loc", ()))
-        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-        raise ManifestError(describe_error(first) + more, source=source, index=index, field=field) from None
+        # every error, not the first (issue 25 item 4): the first one's field leads, the others name theirs
+        first, *rest = exc.errors()
+        shape: type[BaseModel] = model or Secret
+        message = "; ".join(
+            [describe_error_of(shape, first)]
+            + [f"{field_path(e.get('loc', ()))}: {describe_error_of(shape, e)}" for e in rest]
+        )
+        raise ManifestError(
+            message, source=source, index=index, field=field_path(first.get("loc", ()))
+        ) from None
     except ValueError as exc:
         raise ManifestError(str(exc), source=source, index=index) from None
     if isinstance(obj, Provider) or (isinstance(obj, Receiver) and receiver_rules):

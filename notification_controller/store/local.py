@@ -13,6 +13,7 @@ import asyncio
 import copy
 import hashlib
 import logging
+import re
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -80,28 +81,94 @@ def _yaml_reason(exc: yaml.YAMLError, first_line: int) -> str:
     return f"cannot parse YAML{where}: {problem}"
 
 
+@dataclass(frozen=True)
+class _Document:
+    """A document of a file and where it is: its first line (0-based) and text, to find a field's line
+    when it is reported (composed again then only: a valid document costs nothing more)."""
+
+    value: Any
+    first_line: int
+    text: str
+    item: int | None = None  # its index in a ``kind: List``'s items
+
+    def line(self, field: str = "") -> int:
+        """The 1-based line in the file of ``field`` (of the document's start without one)."""
+        if not field and self.item is None:
+            return self.first_line + 1
+        try:
+            node: yaml.Node | None = yaml.compose(self.text, Loader=yamldoc.BaseLoader)
+        except yaml.YAMLError:  # pragma: no cover - it was parsed once already
+            return self.first_line + 1
+        if self.item is not None:
+            field = f"items[{self.item}]" + (f".{field}" if field else "")
+        return self.first_line + locate(node, field) + 1
+
+
 def _documents(
     path: Path, source: str, tags: yamldoc.Tags | None = None
-) -> tuple[list[Any], list[ManifestError]]:
-    """Every document of a file (``kind: List`` expanded), and one error per unparsable document.
+) -> tuple[list[_Document | None], list[ManifestError]]:
+    """Every document of a file (``kind: List`` expanded), and one error per unparsable document (at its
+    1-based line in the file).
 
     Parsed as ``yaml.load`` with libyaml's safe loader would, faster (``store.yamldoc``); ``tags`` is shared
     by the files of one load."""
     text = path.read_text(encoding="utf-8")
-    out: list[Any] = []
+    out: list[_Document | None] = []
     errors: list[ManifestError] = []
     for index, (first_line, chunk) in enumerate(_split_documents(text)):
         try:
             doc = yamldoc.load(chunk, tags)
         except yaml.YAMLError as exc:
-            errors.append(ManifestError(_yaml_reason(exc, first_line), source=source, index=index))
+            mark = getattr(exc, "problem_mark", None)
+            line = first_line + min(mark.line if mark is not None else 0, max(len(chunk.splitlines()) - 1, 0))
+            errors.append(
+                ManifestError(_yaml_reason(exc, first_line), source=source, index=index, line=line + 1)
+            )
             out.append(None)  # keep document indexes stable for the error messages that follow
             continue
         if isinstance(doc, dict) and doc.get("kind") == "List" and isinstance(doc.get("items"), list):
-            out.extend(doc["items"])
+            out.extend(_Document(item, first_line, chunk, i) for i, item in enumerate(doc["items"]))
         else:
-            out.append(doc)
+            out.append(_Document(doc, first_line, chunk))
     return out, errors
+
+
+def locate(node: yaml.Node | None, field: str) -> int:
+    """The 0-based line (in the document) of ``field`` (``spec.eventSources[0].kind``) in the composed
+    ``node``: the key's own line, or the deepest part of the path present (a missing field: its parent's
+    line); 0 without a node."""
+    if node is None:
+        return 0
+    path = _path(field)
+    line = node.start_mark.line
+    for part in path:
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                if isinstance(key, yaml.ScalarNode) and key.value == str(part):
+                    line, node = key.start_mark.line, value
+                    break
+            else:
+                return line
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
+            node = node.value[part]
+            line = node.start_mark.line
+        else:
+            return line
+    return line
+
+
+def _path(field: str) -> list[str | int]:
+    """``spec.eventSources[0].kind`` → ["spec", "eventSources", 0, "kind"]."""
+    out: list[str | int] = []
+    for part in re.findall(r"[^.\[\]]+|\[\d+\]", field):
+        if part.startswith("["):
+            out.append(int(part[1:-1]))
+        else:
+            out.append(int(part) if part.isdigit() else part)
+    return out
+
+
+# ---- did you mean -----------------------------------------------------------------------------------------
 
 
 def stable_uid(name: str) -> str:
@@ -148,11 +215,14 @@ def load_directory(
             result.errors.append(ManifestError(f"cannot read file: {exc.__class__.__name__}", source=rel))
             continue
         result.errors.extend(parse_errors)
-        for index, doc in enumerate(docs):
-            if doc is None:
+        for index, where in enumerate(docs):
+            if where is None or where.value is None:
                 continue  # an empty or unparsable document (already reported)
+            doc = where.value
             if not isinstance(doc, dict):
-                result.errors.append(ManifestError("document is not a mapping", source=rel, index=index))
+                result.errors.append(
+                    ManifestError("document is not a mapping", source=rel, index=index, line=where.line())
+                )
                 continue
             if not supported_kind(doc):
                 if doc.get("kind") and isinstance(doc.get("metadata"), dict) and doc["metadata"].get("name"):
@@ -175,7 +245,11 @@ def load_directory(
             try:
                 obj = parse_object(doc, source=rel, index=index, default_namespace=default_namespace)
             except ManifestError as exc:
-                result.errors.append(exc)
+                message = str(exc).removeprefix(f"{rel}[{index}]: ").removeprefix(f"{exc.field}: ")
+                line = where.line(exc.field)
+                result.errors.append(
+                    ManifestError(message, source=rel, index=index, field=exc.field, line=line)
+                )
                 continue
             key = (obj.KIND, obj.metadata.namespace, obj.metadata.name)
             if key in seen:
@@ -185,10 +259,11 @@ def load_directory(
                         source=rel,
                         index=index,
                         field="metadata.name",
+                        line=where.line("metadata.name"),
                     )
                 )
                 continue
-            seen[key] = f"{rel}[{index}]"
+            seen[key] = f"{rel}:{where.line('metadata.name')}"
             result.objects.append(obj)
             if implicit:
                 result.implicit_generation.add(key)

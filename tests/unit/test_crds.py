@@ -23,6 +23,7 @@ from pydantic import BaseModel, Field
 from notification_controller.api import ALERT_VERSION, GROUP, PROVIDER_VERSION, RECEIVER_VERSION, crdgen
 from notification_controller.api.alert import Alert, AlertSpec, EventSeverity
 from notification_controller.api.common import Model, SourceKind
+from notification_controller.api.messages import field_path
 from notification_controller.api.objects import parse_object
 from notification_controller.api.provider import (
     COMMIT_STATUS_EXPR_MESSAGE,
@@ -392,7 +393,7 @@ def _strict(schema: dict[str, Any]) -> dict[str, Any]:
 
 def _schema_errors(raw: dict[str, Any]) -> list[str]:
     validator = jsonschema.Draft4Validator(_strict(_schema(raw["kind"])))
-    return [f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(raw)]
+    return [f"{field_path(list(e.absolute_path))}: {e.message}" for e in validator.iter_errors(raw)]
 
 
 def _documents() -> list[tuple[str, int, dict[str, Any]]]:
@@ -512,14 +513,14 @@ _SCHEMA_INVALID = [
     pytest.param(_alert(summary="x" * 256), "spec.summary", "255", "is too long", id="summary-too-long"),
     pytest.param(
         _alert(eventSources=[{"kind": "Deployment", "name": "x"}]),
-        "spec.eventSources.0.kind",
+        "spec.eventSources[0].kind",
         "'Bucket'",
         "is not one of",
         id="source-kind",
     ),
     pytest.param(
         _alert(eventSources=[{"kind": "GitRepository", "name": ""}]),
-        "spec.eventSources.0.name",
+        "spec.eventSources[0].name",
         "at least 1",
         "should be non-empty",
         id="empty-source-name",

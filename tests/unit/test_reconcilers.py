@@ -804,9 +804,11 @@ async def test_alert_reports_every_error_with_the_first_ones_reason() -> None:
     assert await h.alerts.reconcile((NS, "on-call")) == Result()
     obj = h.get_alert()
     assert (ready(obj).status, ready(obj).reason) == (ConditionStatus.FALSE, "ValidationFailed")
-    parts = ready(obj).message.removeprefix(
-        "Reconciliation failed terminally due to configuration error: "
-    ).split("; ")
+    parts = (
+        ready(obj)
+        .message.removeprefix("Reconciliation failed terminally due to configuration error: ")
+        .split("; ")
+    )
     assert parts[0] == "failed to compile inclusion regex: (unclosed (missing ))"
     assert parts[1] == "failed to compile exclusion regex: a{2,1} (invalid repetition size)"
     assert "expected bool, got string" in parts[2]

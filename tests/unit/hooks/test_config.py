@@ -273,7 +273,7 @@ def test_timeouts_iso_8601_and_go_style(timeout: str, seconds: float) -> None:
 INVALID = [
     pytest.param(
         alert(hook(address={})),
-        "spec.hooks.0.address",
+        "spec.hooks[0].address",
         ADDRESS_REQUIRED,
         None,
         ADDRESS_REQUIRED,
@@ -289,7 +289,7 @@ INVALID = [
     ),
     pytest.param(
         alert(hook(capabilities=["pre-post"])),
-        "spec.hooks.0.capabilities.0",
+        "spec.hooks[0].capabilities[0]",
         "'pre-dispatch'",
         "is not one of",
         None,
@@ -297,7 +297,7 @@ INVALID = [
     ),
     pytest.param(
         alert(hook(capabilities=[])),
-        "spec.hooks.0.capabilities",
+        "spec.hooks[0].capabilities",
         "at least 1",
         "should be non-empty",
         None,
@@ -305,40 +305,40 @@ INVALID = [
     ),
     pytest.param(
         alert(hook(timeout="5 seconds")),
-        "spec.hooks.0.timeout",
+        "spec.hooks[0].timeout",
         "pattern",
         "does not match",
         None,
         id="timeout-text",
     ),
     pytest.param(
-        alert(hook(timeout="PT")), "spec.hooks.0.timeout", "pattern", "does not match", None, id="timeout-PT"
+        alert(hook(timeout="PT")), "spec.hooks[0].timeout", "pattern", "does not match", None, id="timeout-PT"
     ),
     pytest.param(
         alert(hook(timeout="PT10M")),
-        "spec.hooks.0.timeout",
+        "spec.hooks[0].timeout",
         "at most 300s",
         None,
         None,
         id="timeout-too-long",
     ),
     pytest.param(
-        alert(hook(timeout="0s")), "spec.hooks.0.timeout", "greater than zero", None, None, id="timeout-zero"
+        alert(hook(timeout="0s")), "spec.hooks[0].timeout", "greater than zero", None, None, id="timeout-zero"
     ),
     pytest.param(
         alert(hook(name="Enrich_1")),
-        "spec.hooks.0.name",
+        "spec.hooks[0].name",
         "pattern",
         "does not match",
         None,
         id="name-not-a-label",
     ),
     pytest.param(
-        alert(hook(version="v2")), "spec.hooks.0.version", "'v1'", "is not one of", None, id="version"
+        alert(hook(version="v2")), "spec.hooks[0].version", "'v1'", "is not one of", None, id="version"
     ),
     pytest.param(
         alert(hook(address={"uri": "ftp://x/hook"})),
-        "spec.hooks.0.address.uri",
+        "spec.hooks[0].address.uri",
         "pattern",
         "does not match",
         None,
@@ -346,7 +346,7 @@ INVALID = [
     ),
     pytest.param(
         alert(hook(address={"uri": "http:///hook"})),
-        "spec.hooks.0.address.uri",
+        "spec.hooks[0].address.uri",
         "uri must contain a host",
         None,
         None,
@@ -354,7 +354,7 @@ INVALID = [
     ),
     pytest.param(
         alert(hook(address={"ref": {"kind": "Deployment", "name": "x"}})),
-        "spec.hooks.0.address.ref.kind",
+        "spec.hooks[0].address.ref.kind",
         "'Service'",
         "is not one of",
         None,
@@ -362,7 +362,7 @@ INVALID = [
     ),
     pytest.param(
         alert(hook(address={"ref": {"name": "x", "port": 70000}})),
-        "spec.hooks.0.address.ref.port",
+        "spec.hooks[0].address.ref.port",
         "65535",
         "is greater than the maximum",
         None,
@@ -370,7 +370,7 @@ INVALID = [
     ),
     pytest.param(
         alert(hook(capabilities=["finalize", "finalize"])),
-        "spec.hooks.0.capabilities",
+        "spec.hooks[0].capabilities",
         "must not repeat",
         None,
         None,
@@ -381,7 +381,7 @@ INVALID = [
     ),
     pytest.param(
         alert(hook(retries=3)),
-        "spec.hooks.0.retries",
+        "spec.hooks[0].retries",
         "unknown field",
         "Additional properties",
         None,

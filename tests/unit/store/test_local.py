@@ -117,7 +117,8 @@ def test_duplicates_are_reported_and_skipped(tmp_path: Path) -> None:
     (tmp_path / "b.yaml").write_text(GOOD.split("---")[0].replace("services/x", "services/other"))
     result = load_directory(tmp_path)
     [error] = result.errors
-    assert "duplicate Provider apps/slack (first defined in a.yaml[0])" in str(error)
+    assert str(error).startswith("b.yaml:3: metadata.name: ")  # 1-based lines (issue 25 item 4)
+    assert "duplicate Provider apps/slack (first defined in a.yaml:3)" in str(error)
     provider = next(o for o in result.objects if isinstance(o, Provider))
     assert provider.spec.address == "https://hooks.slack.com/services/x"
 
@@ -186,3 +187,33 @@ def test_reload_applies_deletions_and_keeps_controller_status(tmp_path: Path) ->
 def test_parse_object_rejects_non_mappings() -> None:
     with pytest.raises(ManifestError, match="not a mapping"):
         parse_object(["x"])
+
+
+def test_errors_name_the_1_based_line_of_the_field_and_every_error(tmp_path: Path) -> None:
+    """Issue 25 item 4: ``file:line`` (1-based, the offending key's line, also inside a ``kind: List``),
+    every error of the document (no "(and 1 more)"), with "did you mean"."""
+    (tmp_path / "a.yaml").write_text(
+        GOOD
+        + textwrap.dedent(
+            """            ---
+            apiVersion: v1
+            kind: List
+            items:
+              - apiVersion: notification.toolkit.fluxcd.io/v1beta3
+                kind: Alert
+                metadata: {name: typos}
+                spec:
+                  providerRef: {name: slack}
+                  eventSevirity: info
+                  eventSources: [{kind: Kustomisation, name: '*'}]
+            """
+        )
+    )
+    [error] = load_directory(tmp_path).errors
+    assert str(error) == (
+        "a.yaml:22: spec.eventSources[0].kind: must be one of 'Bucket', 'GitRepository', 'Kustomization', "
+        "'HelmRelease', 'HelmChart', 'HelmRepository', 'ImageRepository', 'ImagePolicy', "
+        "'ImageUpdateAutomation', 'OCIRepository', 'ArtifactGenerator' or 'ExternalArtifact' "
+        "(did you mean 'Kustomization'?); spec.eventSevirity: unknown field (did you mean 'eventSeverity'?)"
+    )
+    assert (error.line, error.index, error.field) == (22, 2, "spec.eventSources[0].kind")
