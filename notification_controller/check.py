@@ -155,9 +155,10 @@ def _rule_findings(doc: _Doc, obj: Alert | Provider | Receiver) -> list[Finding]
     from .controllers.receiver import receiver_errors
 
     if isinstance(obj, Alert):
-        return [doc.finding(field, message) for _, field, message in alert_errors(obj)]
-    errors = provider_errors(obj) if isinstance(obj, Provider) else receiver_errors(obj)
-    return [doc.finding(field, message) for field, message in errors]
+        errors = alert_errors(obj)
+    else:
+        errors = provider_errors(obj) if isinstance(obj, Provider) else receiver_errors(obj)
+    return [doc.finding(field, message) for _, field, message in errors]
 
 
 # ---- input -------------------------------------------------------------------------------------------

@@ -44,6 +44,7 @@ from ..hooks.reconcile import provider_children
 from ..providers.options import resolve_options
 from ..providers.registry import create_notifier
 from ..store.base import Key
+from .alert import field_of, joined
 from .base import DONE, Reconciler, Result, StatusDraft
 
 log = logging.getLogger(__name__)
@@ -64,16 +65,17 @@ def secret_keys(provider: Provider) -> set[Key]:
     return {(ns, ref.name) for ref in refs if ref is not None}
 
 
-def provider_errors(provider: Provider) -> list[tuple[str, str]]:
-    """The errors of ``provider`` that need no Secret, each as (field, message): the CRD's rules, the
-    body template, the commit-status CEL expression (for ``check``, issue 25 item 4)."""
+def provider_errors(provider: Provider) -> list[tuple[str, str, str]]:
+    """Every error of ``provider`` that needs no Secret, as (reason, field, message), in the reconciler's
+    order: the CRD's rules, the body template, the commit-status CEL expression (issue 25 item 4: all of
+    them, not the first; ``check`` prints each)."""
     spec = provider.spec
-    errors = [(_field_of(m), m) for m in spec.validation_errors()]
+    errors = [(cond.VALIDATION_FAILED, field_of(m), m) for m in spec.validation_errors()]
     if spec.body_template:
         from ..core.templates import template_error  # Jinja2 on first use
 
         if (why := template_error(spec.body_template)) is not None:
-            errors.append(("spec.bodyTemplate", f"spec.bodyTemplate: {why}"))
+            errors.append((INVALID_TEMPLATE, "spec.bodyTemplate", f"spec.bodyTemplate: {why}"))
     if spec.commit_status_expr is not None and spec.type in COMMIT_STATUS_TYPES:
         from ..core.cel import CELCompileError, OutputType, compile_expression  # on first use (issue 17)
 
@@ -82,14 +84,10 @@ def provider_errors(provider: Provider) -> list[tuple[str, str]]:
                 spec.commit_status_expr, variables=COMMIT_STATUS_VARIABLES, output=OutputType.STRING
             )
         except CELCompileError as exc:
-            errors.append(("spec.commitStatusExpr", f"invalid commitStatusExpr expression: {exc}"))
+            errors.append(
+                (cond.INVALID_CEL, "spec.commitStatusExpr", f"invalid commitStatusExpr expression: {exc}")
+            )
     return errors
-
-
-def _field_of(message: str) -> str:
-    from .alert import field_of
-
-    return field_of(message)
 
 
 class ProviderReconciler(Reconciler[Provider]):
@@ -117,26 +115,9 @@ class ProviderReconciler(Reconciler[Provider]):
         return result
 
     def _validate(self, obj: Provider, draft: StatusDraft) -> Result:
-        spec = obj.spec
-        errors = spec.validation_errors()
-        if errors:
-            return self._terminal(obj, draft, cond.VALIDATION_FAILED, "; ".join(errors))
-        if spec.body_template:
-            from ..core.templates import template_error  # Jinja2 on first use
-
-            if (why := template_error(spec.body_template)) is not None:
-                return self._terminal(obj, draft, INVALID_TEMPLATE, f"spec.bodyTemplate: {why}")
-        if spec.commit_status_expr is not None and spec.type in COMMIT_STATUS_TYPES:
-            from ..core.cel import CELCompileError, OutputType, compile_expression  # on first use (issue 17)
-
-            try:
-                compile_expression(
-                    spec.commit_status_expr, variables=COMMIT_STATUS_VARIABLES, output=OutputType.STRING
-                )
-            except CELCompileError as exc:
-                return self._terminal(
-                    obj, draft, cond.INVALID_CEL, f"invalid commitStatusExpr expression: {exc}"
-                )
+        errors = provider_errors(obj)
+        if errors:  # every error, with the first one's reason
+            return self._terminal(obj, draft, errors[0][0], joined([why for _, _, why in errors]))
 
         draft.conditions.mark_reconciling()
         try:

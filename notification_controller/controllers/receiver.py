@@ -31,6 +31,7 @@ from ..hooks.reconcile import receiver_children
 from ..lib.duration import format_duration
 from ..receivers import registry
 from ..store.base import Key, ObjectRef
+from .alert import joined
 from .base import DONE, Reconciler, Result, StatusDraft
 from .events import NORMAL
 
@@ -140,18 +141,22 @@ def oidc_cel_error(providers: Sequence[OIDCProvider]) -> str | None:
     return None
 
 
-def receiver_errors(receiver: Receiver) -> list[tuple[str, str]]:
-    """The errors of ``receiver`` that need no Secret, each as (field, message): the CRD's cross-field rules,
-    the CEL filters, the OIDC providers (for ``check``, issue 25 item 4)."""
+def receiver_errors(receiver: Receiver) -> list[tuple[str, str, str]]:
+    """Every error of ``receiver`` that needs no Secret, as (reason, field, message), in the reconciler's
+    order and with Flux's messages: the CEL filters, the CRD's cross-field rules, the OIDC providers' spec
+    and expressions (issue 25 item 4: all of them, not the first; ``check`` prints each)."""
     spec = receiver.spec
-    errors: list[tuple[str, str]] = [("spec", m) for m in spec.validation_errors()]
+    errors: list[tuple[str, str, str]] = []
     if (why := cel_error(spec)) is not None:
         field = "spec.resourceFilter" if why.startswith("invalid resourceFilter") else "spec.resources"
-        errors.append((field, why))
+        errors.append((cond.INVALID_CEL, field, why))
+    if (why := cross_field_error(spec)) is not None:
+        errors.append((cond.VALIDATION_FAILED, "spec", why))
     if spec.oidc_providers:
-        for why in (oidc_spec_error(spec.oidc_providers), oidc_cel_error(spec.oidc_providers)):
-            if why is not None:
-                errors.append(("spec.oidcProviders", why))
+        if (why := oidc_spec_error(spec.oidc_providers)) is not None:
+            errors.append((cond.VALIDATION_FAILED, "spec.oidcProviders", why))
+        if (why := oidc_cel_error(spec.oidc_providers)) is not None:
+            errors.append((cond.INVALID_CEL, "spec.oidcProviders", why))
     return errors
 
 
@@ -195,20 +200,10 @@ class ReceiverReconciler(Reconciler[Receiver]):
 
     async def evaluate(self, obj: Receiver, draft: StatusDraft) -> Result:
         spec, meta = obj.spec, obj.metadata
-        terminal: tuple[str, str] | None = None
-        error = cel_error(spec)
-        if error is not None:
-            terminal = (cond.INVALID_CEL, error)
-        elif (error := cross_field_error(spec)) is not None:
-            terminal = (cond.VALIDATION_FAILED, error)
-        elif spec.oidc_providers:
-            if (error := oidc_spec_error(spec.oidc_providers)) is not None:
-                terminal = (cond.VALIDATION_FAILED, error)
-            elif (error := oidc_cel_error(spec.oidc_providers)) is not None:
-                terminal = (cond.INVALID_CEL, error)
-        if terminal is not None:
-            reason, error = terminal
-            message = self.mark_terminal(obj, draft, reason, error)
+        errors = receiver_errors(obj)
+        if errors:  # every error, with the first one's reason
+            reason = errors[0][0]
+            message = self.mark_terminal(obj, draft, reason, joined([why for _, _, why in errors]))
             await self.warn(obj, reason, message)
             return DONE
 

@@ -835,6 +835,38 @@ async def test_alert_status_message_is_bounded() -> None:
     assert message.count("failed to compile inclusion regex") == 10 and message.endswith("; and 30 more")
 
 
+async def test_provider_reports_every_error() -> None:
+    """Issue 25 item 4: a body template where the type takes none, and a commit-status expression that does
+    not compile: both in the one Ready=False message, the first one's reason."""
+    h = Harness()
+    h.add(
+        secret("gh", token="ghp_x"),
+        provider(
+            type="github",
+            address="https://github.com/org/repo",
+            secretRef={"name": "gh"},
+            bodyTemplate="{{ x",
+            commitStatusExpr="event.reason +",
+        ),
+    )
+    await h.settle("Provider", "webhook")
+    obj = h.get_provider()
+    assert ready(obj).reason == "ValidationFailed"
+    message = ready(obj).message
+    assert "spec.bodyTemplate is only supported for the 'generic' and 'generic-hmac' types" in message
+    assert "spec.bodyTemplate: " in message and "invalid commitStatusExpr expression: " in message
+
+
+async def test_receiver_reports_every_error() -> None:
+    h = Harness()
+    h.add(receiver(resourceFilter="res.metadata.name +", secretRef=None))
+    await h.settle("Receiver", "test-receiver")
+    obj = h.get_receiver()
+    assert ready(obj).reason == "InvalidCELExpression"
+    assert "invalid resourceFilter expression: " in ready(obj).message
+    assert ready(obj).message.endswith("; secretRef is required when type is not generic-oidc")
+
+
 async def test_alert_follows_its_provider() -> None:
     """Missing Provider → not reconciled yet → Provider's failure → Ready; each step triggered by a watch."""
     h = Harness()
