@@ -29,6 +29,7 @@ import argparse
 import contextlib
 import enum
 import json
+import os
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
@@ -336,8 +337,9 @@ def main(argv: list[str] | None = None, *, stdin: TextIO | None = None, stdout: 
     try:
         render(findings, Output(args.output), stdout)
         stdout.flush()
-    except BrokenPipeError:
-        return FINDINGS if any(f.severity == "error" for f in findings) else CLEAN
+    except BrokenPipeError:  # the reader went away (``check … | head``): no traceback at exit's flush
+        if stdout is sys.stdout:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return FINDINGS if any(f.severity == "error" for f in findings) else CLEAN
 
 

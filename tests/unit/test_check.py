@@ -202,3 +202,21 @@ def test_python_m_runs_it(planted: Path) -> None:
         check=False,
     )
     assert proc.returncode == 1 and len(proc.stdout.splitlines()) == 2, proc.stderr
+
+
+def test_a_closed_pipe_is_no_traceback(tmp_path: Path) -> None:
+    """``check … | head -1``: the reader goes away after one line of thousands."""
+    alert = "apiVersion: notification.toolkit.fluxcd.io/v1beta3\nkind: Alert\nmetadata: {name: a%d}\n"
+    alert += "spec: {providerRef: {name: p}, eventSevirity: info, eventSources: []}\n---\n"
+    (tmp_path / "many.yaml").write_text("".join(alert % i for i in range(3000)))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "notification_controller.check", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline().decode().startswith(str(tmp_path / "many.yaml") + ":4: ")
+    proc.stdout.close()
+    assert proc.wait(timeout=120) == 1
+    assert proc.stderr.read() == b""
+    proc.stderr.close()
