@@ -7,6 +7,11 @@
 * controller-runtime's ``controller_runtime_*`` and client-go's ``workqueue_*`` carry the same labels and
   result values as in a Flux controller; ``process_*`` is there.
 * ``gotk_event_http_response_size_bytes`` observes the size of the body sent (it was always 0).
+* Issue 25 item 5: the durable-delivery alerts and panels (dead letters, outbox age, circuit breaker, store
+  errors), template errors, sandbox failures and untracked noise state query a controller running on SQLite
+  with a Provider that refuses for good (a dead letter) and one that is down (an open circuit breaker, a waiting notification): every name they read is exported
+  (a series, or — for failures this run cannot cause — the family's ``# TYPE`` line), and every label they
+  group or match by is a label of one of the metrics they read (or a label Prometheus adds to the target).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from prometheus_client import CollectorRegistry
 from notification_controller.app import App
 from notification_controller.controllers.metrics import WorkQueueMetrics
 from notification_controller.controllers.queue import WorkQueue
+from notification_controller.settings import StoreSettings
 from tests.integration.appkit import metric, post_event, running_app, write
 from tests.support.capture import CaptureServer, Reply
 
@@ -146,14 +152,54 @@ def shipped_queries() -> dict[str, list[str]]:
     return {"dashboard": [e for e in _exprs(dashboard) if e.strip()], "rules": alerts}
 
 
-async def scrape(app: App) -> dict[str, list[tuple[str, float]]]:
-    """``GET /metrics`` → {sample name: [(labels text, value)]}."""
+async def scrape_text(app: App) -> str:
     async with (
         aiohttp.ClientSession() as session,
         session.get(f"http://127.0.0.1:{app.ports['metrics']}/metrics") as resp,
     ):
         assert resp.status == 200
-        text = await resp.text()
+        return await resp.text()
+
+
+def declared_families(text: str) -> set[str]:
+    """Names of the ``# TYPE`` lines of a scrape, with each histogram's sample names."""
+    names: set[str] = set()
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ", 3)
+            names.add(name)
+            if kind == "histogram":
+                names |= {f"{name}_bucket", f"{name}_sum", f"{name}_count"}
+    return names
+
+
+# Labels Prometheus adds to every scraped series (PodMonitor target labels), and the metric's own
+# ``namespace`` renamed when it collides with the target's (docs/metrics.md).
+TARGET_LABELS = frozenset({"namespace", "pod", "job", "instance", "container", "service", "endpoint"})
+
+
+def used_labels(expr: str) -> set[str]:
+    """Labels a PromQL expression groups by or matches on."""
+    labels: set[str] = set()
+    for group in re.findall(r"\b(?:by|without|on|ignoring)\s*\(([^)]*)\)", expr):
+        labels |= {label.strip() for label in group.split(",") if label.strip()}
+    for matchers in re.findall(r"\{([^}]*)\}", expr):
+        text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', matchers)
+        labels |= set(re.findall(r"([A-Za-z_][A-Za-z0-9_]*)\s*(?:=~|!~|!=|=)", text))
+    return labels
+
+
+def metric_labels(app: App, name: str) -> set[str]:
+    """Label names of the metric a sample name belongs to (``le`` for histogram buckets)."""
+    collector = app.registry._names_to_collectors.get(name)  # no public API for a family's label names
+    assert collector is not None, name
+    names = set(getattr(collector, "_labelnames", ()))
+    return names | ({"le"} if name.endswith("_bucket") else set())
+
+
+async def scrape(app: App) -> dict[str, list[tuple[str, float]]]:
+    """``GET /metrics`` → {sample name: [(labels text, value)]}."""
+    text = await scrape_text(app)
     samples: dict[str, list[tuple[str, float]]] = {}
     for line in text.splitlines():
         if not line or line.startswith("#"):
@@ -301,6 +347,7 @@ async def test_dashboard_and_alerts_query_only_metrics_the_controller_exports(tm
         used = {name for exprs in queries.values() for expr in exprs for name in metric_names(expr)}
         used -= {"namespace"}  # label_values(..., namespace)
         assert len(queries["dashboard"]) >= 40 and len(queries["rules"]) >= 5
+        used -= {name for expr in durable_queries() for name in metric_names(expr)}  # the next test
         missing = sorted(used - set(samples) - KUBE_ONLY)
         assert missing == [], f"queried but not exported (or no series yet): {missing}"
         assert used >= KUBE_ONLY  # and tests/e2e/test_ops_metrics_e2e.py checks them in Kubernetes mode
@@ -332,6 +379,136 @@ async def test_dashboard_and_alerts_query_only_metrics_the_controller_exports(tm
         ]
         assert sample(app, "process_resident_memory_bytes") > 0
         assert sample(app, "process_start_time_seconds") > 0
+
+
+# Families whose series only exist after a failure this run does not cause (a store that fails, a template
+# that breaks at send time, a sandbox worker killed, an Alert at its noise cap): their declaration must be in
+# the scrape. Each has its own test with the failure: tests/adversarial/test_sqlite_store.py,
+# tests/integration/test_templates*.py, tests/adversarial/test_tenant_expressions.py,
+# tests/adversarial/test_noise_state.py.
+DECLARED_ONLY = frozenset(
+    {
+        "notification_store_errors_total",
+        "notification_template_errors_total",
+        "notification_sandbox_failures_total",
+        "notification_noise_untracked_total",
+        "notification_suppressed_total",
+    }
+)
+# Series of a durable store (``--store=sqlite:…|nats://…``) only: queried against one by the next test.
+DURABLE_WORDS = ("outbox", "dead_letters", "circuit_breaker", "delivery_attempts", "redeliveries", "store_")
+DURABLE_ALERTS = (
+    "NotificationDeadLetters",
+    "NotificationOutboxStuck",
+    "NotificationCircuitBreakerOpen",
+    "NotificationStoreErrors",
+    "NotificationTemplateErrors",
+    "NotificationSandboxFailures",
+    "NotificationNoiseStateUntracked",
+)
+
+
+def durable_queries() -> list[str]:
+    """The alert and panel queries the durable-store test checks (those that read DURABLE_ONLY or
+    DECLARED_ONLY families)."""
+    rules = yaml.safe_load(RULES.read_text())
+    by_name = {rule["alert"]: rule["expr"] for group in rules["spec"]["groups"] for rule in group["rules"]}
+    words = (*DECLARED_ONLY, *DURABLE_WORDS)
+    return [by_name[alert] for alert in DURABLE_ALERTS] + [
+        e for e in shipped_queries()["dashboard"] if any(word in e for word in words)
+    ]
+
+
+async def test_durable_delivery_alerts_and_panels_query_what_a_durable_controller_exports(
+    tmp_path: Path,
+) -> None:
+    rules = yaml.safe_load(RULES.read_text())
+    by_name = {rule["alert"]: rule["expr"] for group in rules["spec"]["groups"] for rule in group["rules"]}
+    assert "NotificationDeliveriesDead" not in by_name  # renamed: it meant "every delivery failed"
+    assert "NotificationDeliveriesAllFailing" in by_name
+    assert set(DURABLE_ALERTS) <= set(by_name)
+    (tmp_path / "manifests").mkdir()
+    objects = write(
+        tmp_path / "manifests",
+        "objects.yaml",
+        """\
+        apiVersion: notification.toolkit.fluxcd.io/v1beta3
+        kind: Provider
+        metadata: {name: refusing, namespace: flux-system}
+        spec: {type: generic, address: '{url}/refuse'}
+        ---
+        apiVersion: notification.toolkit.fluxcd.io/v1beta3
+        kind: Alert
+        metadata: {name: refusing, namespace: flux-system}
+        spec:
+          providerRef: {name: refusing}
+          eventSources: [{kind: Kustomization, name: '*'}]
+        ---
+        apiVersion: notification.toolkit.fluxcd.io/v1beta3
+        kind: Provider
+        metadata: {name: down, namespace: flux-system}
+        spec: {type: generic, address: '{url}/down'}
+        ---
+        apiVersion: notification.toolkit.fluxcd.io/v1beta3
+        kind: Alert
+        metadata: {name: down, namespace: flux-system}
+        spec:
+          providerRef: {name: down}
+          eventSources: [{kind: Kustomization, name: '*'}]
+        """,
+    )
+    store = StoreSettings(
+        url=f"sqlite:{tmp_path / 'state.db'}", breaker_threshold=1, breaker_cooldown=0.2, retry_base=0.1
+    )
+    async with CaptureServer() as sink:
+        sink.on("POST", "/refuse", Reply(400, {"error": "bad request"}))  # permanent: a dead letter
+        sink.on("POST", "/down", Reply(503, {"error": "maintenance"}))  # retried: waits, opens the breaker
+        objects.write_text(objects.read_text().replace("{url}", sink.url))
+        async with running_app(tmp_path / "manifests", store=store) as app:
+            async with asyncio.timeout(20):  # 503 + Retry-After until the store and the objects are ready
+                while (await post_event(app, EVENT)).status != 202:
+                    await asyncio.sleep(0.1)
+            dead = {"provider_type": "generic", "reason": "permanent"}
+            await eventually(
+                lambda: metric(app, "notification_dead_letters_total", **dead) == 1, "the dead letter", 20
+            )
+            down = {"provider": "flux-system/down"}
+            await eventually(
+                lambda: metric(app, "notification_circuit_breaker_open", **down) == 1, "the open breaker", 20
+            )
+            await eventually(
+                lambda: metric(app, "notification_outbox_oldest_age_seconds", **down) > 0,
+                "the outbox age",
+                20,
+            )
+            await eventually(
+                lambda: metric(app, "notification_redeliveries_total", provider_type="generic") > 0,
+                "a redelivery (the breaker's probe)",
+                20,
+            )
+            text = await scrape_text(app)
+            samples = await scrape(app)
+            exported = set(samples) | (declared_families(text) & DECLARED_ONLY)
+            exprs = durable_queries()
+            assert len(exprs) >= len(DURABLE_ALERTS) + 10
+            for expr in exprs:
+                names = metric_names(expr)
+                missing = sorted(names - exported)
+                assert missing == [], f"{expr}: queried but not exported: {missing}"
+                known = set().union(*(metric_labels(app, n) for n in names)) | TARGET_LABELS
+                unknown = sorted(used_labels(expr) - known)
+                assert unknown == [], f"{expr}: no such label on {sorted(names)}: {unknown}"
+            lanes = ("notification_outbox_oldest_age_seconds", "notification_outbox_depth")
+            for name in (*lanes, "notification_circuit_breaker_open"):
+                assert any('provider="flux-system/down"' in labels for labels, _ in samples[name]), name
+
+
+def test_used_labels_are_extracted_from_promql() -> None:
+    expr = (
+        'sum by (namespace, provider) (rate(x_total{pod=~"a-.*",reason!="b,c"}[5m])) '
+        "/ on (namespace) group_left y"
+    )
+    assert used_labels(expr) == {"namespace", "provider", "pod", "reason"}
 
 
 async def test_event_server_response_size_is_the_body_sent(tmp_path: Path) -> None:
