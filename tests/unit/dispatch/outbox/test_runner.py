@@ -13,7 +13,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-
 from notification_controller.dispatch.durable import (
     DELIVERED,
     BreakerState,
@@ -24,6 +23,7 @@ from notification_controller.dispatch.durable import (
     RedeliveryPolicy,
     Result,
 )
+
 from notification_controller.lib.clock import ManualClock
 from notification_controller.state import NewItem, Store, open_store
 from notification_controller.state.base import Lease
