@@ -289,7 +289,9 @@ class App:
                 "kind": type(obj).__name__,
                 "metadata": {"namespace": obj.metadata.namespace, "name": obj.metadata.name},
                 "spec": {"suspend": obj.spec.suspend},
-                "status": {"conditions": [c.model_dump(by_alias=True, mode="json") for c in obj.status.conditions]},
+                "status": {
+                    "conditions": [c.model_dump(by_alias=True, mode="json") for c in obj.status.conditions]
+                },
             }
 
         for obj in (*self.store.alerts(), *self.store.providers(), *self.store.receivers()):
@@ -320,7 +322,9 @@ class App:
         if self.state is not None:
             self._tasks.append(asyncio.create_task(self._open_state(), name="state-store"))
         probe = self._probe_state if self.state is not None else None
-        await self._serve("health", create_health_app(self.ready, probe, self._status_objects), s.server.health_addr)
+        await self._serve(
+            "health", create_health_app(self.ready, probe, self._status_objects), s.server.health_addr
+        )
         await self._serve("metrics", create_metrics_app(self.registry), s.server.metrics_addr)
         if self._feeder is not None:
             with _no_gc(freeze=self._freeze_loaded):  # the first load builds objects that stay (issue 17)
