@@ -495,6 +495,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout, err: TextI
         return 2 if exc.code else 0
     try:
         return asyncio.run(_run(args, out))
+    except BrokenPipeError:
+        raise  # the reader went away (| head): cli.main ends quietly, not "error: Broken pipe"
     except (ControllerError, OSError) as exc:
         err.write(f"error: {exc}\n")
         return 2
