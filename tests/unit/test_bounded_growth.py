@@ -46,7 +46,9 @@ def test_template_growth_is_refused_before_the_value_is_built(source: str, compl
     started = time.perf_counter()
     with pytest.raises(TemplateError, match=re.escape(complaint)):
         render(source, {}, limit=10**7, budget=30)
-    assert time.perf_counter() - started < 2.0
+    # "refused at all" is the point: unbounded, each of these runs for hours or dies of memory; the doubling
+    # macro makes ~2 million calls before its output passes the limit (~1.5 s alone, more on a loaded runner)
+    assert time.perf_counter() - started < 10.0
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 64 * 1024  # KiB
 
 
@@ -56,7 +58,7 @@ def test_a_call_tree_without_output_still_ends_on_time() -> None:
         render(
             "{% macro m(n) %}{% if n %}{{ m(n - 1) }}{{ m(n - 1) }}{% endif %}{% endmacro %}{{ m(40) }}", {}
         )
-    assert time.perf_counter() - started < 2.0  # 2⁴⁰ calls: forever without the check in every call
+    assert time.perf_counter() - started < 10.0  # 2⁴⁰ calls: forever without the check in every call
 
 
 def test_ordinary_templates_still_render() -> None:
