@@ -30,14 +30,9 @@ from .controllers.manager import ControllerManager, ControllerSettings
 from .controllers.provider import ProviderReconciler
 from .core.ratelimit import FixedWindowLimiter
 from .core.redact import Redactor
-from .dispatch.dispatcher import Dispatcher, DispatchSettings
+from .dispatch.builder import build as build_pipeline
 from .dispatch.duplicates import SharedDuplicateWindow
-from .dispatch.durable import DurableSettings
 from .dispatch.labels import LabelCache, LabelCacheSettings
-from .dispatch.noise import AfterStage, AsyncStage, NoiseControl, NoiseSettings
-from .dispatch.outbox import DurableOutbox
-from .dispatch.rules import CommitStatusAtSend
-from .dispatch.templates import TemplateStage
 from .errors import ConfigError, KubeError, StoreError
 from .hooks import Hooks, load_hooks_config
 from .lib.clock import SystemClock
@@ -145,94 +140,51 @@ class App:
         self.limiter = FixedWindowLimiter(s.events.rate_limit_interval, self.clock)
         # tenant templates and CEL beyond the inline-safe subset: worker processes (issue 23), started lazily
         self.sandbox = SandboxPool(s.sandbox, registry=self.registry)
-        self.dispatcher = Dispatcher(
+        self.state: InstrumentedStore | None = None
+        self.shared_window: SharedDuplicateWindow | None = None
+        self._state_open = False
+        # the duplicate windows are named so that a store creates them at start, not on the first event
+        windows = (s.events.rate_limit_interval, s.receivers.replay_ttl)
+        backend = store_from_settings(s.store, clock=self.clock, windows=windows)
+        noise_metrics = NoiseMetrics(self.registry)
+        noise_state: Store
+        if backend.durable:  # --store=sqlite:…|nats://…: the outbox replaces the lanes (docs/delivery.md)
+            noise_state = self.state = InstrumentedStore(backend, DeliveryMetrics(self.registry))
+            self.shared_window = SharedDuplicateWindow(self.state, s.events.rate_limit_interval, self.clock)
+        else:  # memory: Flux's behaviour; noise control keeps its state in this process
+            memory = noise_state = MemoryStore(clock=self.clock)
+            noise_metrics.store_keys.set_function(memory.keys)
+        template_errors = self.metrics.template_errors
+        self.pipeline = build_pipeline(  # the stage lists and their order: dispatch/builder.py
             self.store,
             self.cluster,
             self.http,
             self.recorder,
             self.metrics,
-            DispatchSettings.of(s),
-            pre_send=[self.hooks.pre_dispatch],
+            s,
+            clock=self.clock,
             redactor=self.redactor,
             tokens=(
                 TokenCache(capacity=s.tokens.max_size, max_ttl=s.tokens.max_duration)
                 if s.tokens.max_size > 0
                 else None  # --token-cache-max-size=0: mint a token for every delivery, as Flux
             ),
-            labels=LabelCache(
-                self.cluster,
-                self.metrics,
-                LabelCacheSettings.of(s.events),
-                clock=self.clock,
-            ),
+            labels=LabelCache(self.cluster, self.metrics, LabelCacheSettings.of(s.events), clock=self.clock),
             sandbox=self.sandbox,
+            hooks=[self.hooks.pre_dispatch],
+            template_errors=lambda which: template_errors.labels(template=which).inc(),
+            noise=(noise_state, noise_metrics),
+            durable=self.state,
+            on_paused=self._delivery_paused,
         )
-        self._durable()
-        template_errors = self.metrics.template_errors
-        # templates after the pre-dispatch hooks: a hook's changes reach the template (docs/templates.md)
-        self.dispatcher.pre_send.append(
-            TemplateStage(
-                lambda which: template_errors.labels(template=which).inc(),
-                self.dispatcher.report.warn,
-                self.sandbox,
-            )
-        )
-        self._noise()
-
-    def _durable(self) -> None:
-        """``--store=sqlite:…|nats://…``: the outbox replaces the lanes, the duplicate and replay windows
-        are shared (docs/delivery.md). ``memory``: nothing here, Flux's behaviour."""
-        s = self.settings
-        self.state: InstrumentedStore | None = None
-        self.outbox: DurableOutbox | None = None
-        self.shared_window: SharedDuplicateWindow | None = None
-        self._state_open = False
-        # the duplicate windows are named so that a store creates them at start, not on the first event
-        windows = (s.events.rate_limit_interval, s.receivers.replay_ttl)
-        backend = store_from_settings(s.store, clock=self.clock, windows=windows)
-        if not backend.durable:
-            return
-        self.state = InstrumentedStore(backend, DeliveryMetrics(self.registry))
-        self.outbox = DurableOutbox(
-            self.state,
-            self.dispatcher,
-            self.state.metrics,
-            DurableSettings.of(s),
-            clock=self.clock,
-        )
-        self.dispatcher.outbox = self.outbox
-        provider_reconciler = self.controllers.reconcilers["Provider"]
-        assert isinstance(provider_reconciler, ProviderReconciler)
-        provider_reconciler.delivery_paused = self.outbox.paused
-        self.outbox.on_paused = self._delivery_paused
-        self.shared_window = SharedDuplicateWindow(self.state, s.events.rate_limit_interval, self.clock)
-
-    def _noise(self) -> None:
-        """Noise control (docs/noise-control.md): its stages after Flux's rules, its state in the durable
-        store when there is one, else in this process's memory."""
-        metrics = NoiseMetrics(self.registry)
-        state: Store
-        if self.state is not None:
-            state = self.state
-        else:
-            memory = state = MemoryStore(clock=self.clock)
-            metrics.store_keys.set_function(memory.keys)
-        self.noise = NoiseControl(
-            state,
-            self.store,
-            self.clock,
-            self.dispatcher.enqueue,
-            NoiseSettings.of(self.settings),
-            metrics=metrics,
-            warn=self.dispatcher.report.warn,
-            sandbox=self.sandbox,
-        )
-        self.dispatcher.pre_queue.extend(self.noise.pre_queue())
-        if self.state is not None:  # a durable store's POST never waits on a tenant's expression (issue 23)
-            self.dispatcher.pre_send.insert(0, CommitStatusAtSend(self.sandbox))
-            self.dispatcher.pre_send.insert(0, AsyncStage("noise-filter-at-send", self.noise.filter_at_send))
-        self.dispatcher.pre_send.append(AsyncStage("noise-thread", self.noise.thread))
-        self.dispatcher.post_send.append(AfterStage("noise-thread-started", self.noise.thread_started))
+        self.dispatcher = self.pipeline.dispatcher
+        self.outbox = self.pipeline.outbox
+        assert self.pipeline.noise is not None
+        self.noise = self.pipeline.noise
+        if self.outbox is not None:
+            provider_reconciler = self.controllers.reconcilers["Provider"]
+            assert isinstance(provider_reconciler, ProviderReconciler)
+            provider_reconciler.delivery_paused = self.outbox.paused
 
     def _delivery_paused(self, lane: str) -> None:
         namespace, _, name = lane.partition("/")
@@ -261,7 +213,7 @@ class App:
             self.redactor.set_secret((change.namespace, change.name), secret_data(change))
         elif change.kind == "Provider":
             # Secret changes need nothing here: cached notifiers are checked against the Secret objects.
-            self.dispatcher.invalidate(change.namespace, change.name)
+            self.pipeline.deliverer.notifiers.invalidate(change.namespace, change.name)
 
     @property
     def leadership_lost(self) -> bool:
@@ -289,9 +241,7 @@ class App:
                 "kind": type(obj).__name__,
                 "metadata": {"namespace": obj.metadata.namespace, "name": obj.metadata.name},
                 "spec": {"suspend": obj.spec.suspend},
-                "status": {
-                    "conditions": [c.model_dump(by_alias=True, mode="json") for c in obj.status.conditions]
-                },
+                "status": {"conditions": [c.model_dump(by_alias=True, mode="json") for c in obj.status.conditions]},
             }
 
         for obj in (*self.store.alerts(), *self.store.providers(), *self.store.receivers()):
@@ -322,9 +272,7 @@ class App:
         if self.state is not None:
             self._tasks.append(asyncio.create_task(self._open_state(), name="state-store"))
         probe = self._probe_state if self.state is not None else None
-        await self._serve(
-            "health", create_health_app(self.ready, probe, self._status_objects), s.server.health_addr
-        )
+        await self._serve("health", create_health_app(self.ready, probe, self._status_objects), s.server.health_addr)
         await self._serve("metrics", create_metrics_app(self.registry), s.server.metrics_addr)
         if self._feeder is not None:
             with _no_gc(freeze=self._freeze_loaded):  # the first load builds objects that stay (issue 17)
@@ -346,7 +294,8 @@ class App:
         await self._serve("receiver", self._receiver_app(), s.server.receiver_addr)
         self._serving = True
         self._tasks.extend(self._controllers())
-        self._tasks.append(asyncio.create_task(self.noise.run(), name="noise-groups"))
+        flushed = asyncio.create_task(self.noise.run(self.dispatcher.enqueue), name="noise-groups")
+        self._tasks.append(flushed)
 
     def _receiver_app(self) -> web.Application:
         # imported here: the receiver server pulls in PyJWT (OIDC), which the event path never needs
@@ -382,9 +331,8 @@ class App:
         runner = self._runners.pop("receiver", None)
         if runner is not None:
             await runner.cleanup()
+        # the durable outbox keeps what is in flight: its lease runs out, it is sent again later
         abandoned = await self.dispatcher.shutdown(self.settings.server.shutdown_grace)
-        if self.outbox is not None:  # what is in flight is kept: its lease runs out, it is sent again later
-            await self.outbox.runner.stop(grace=self.settings.server.shutdown_grace)
         await self.controllers.stop(deadline=5.0)
         for task in self._tasks:
             task.cancel()

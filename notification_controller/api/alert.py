@@ -7,7 +7,7 @@ is matched against them, so an unbounded list is a way for one tenant to make ma
 
 Beyond Flux too, all optional (an Alert without them behaves exactly as Flux's): the noise-control fields
 ``filter``, ``repeatInterval``, ``threshold``, ``notifyOn``, ``groupBy``/``groupWait``/``groupInterval`` and
-``threadBy`` (docs/noise-control.md; the stages are in ``dispatch/noise.py``). The bounds are in the CRD (``maxItems``/``maxLength``; Flux's CRD has none, and no Flux
+``threadBy`` (docs/noise-control.md; the stages are in ``dispatch/noise/``). The bounds are in the CRD (``maxItems``/``maxLength``; Flux's CRD has none, and no Flux
 example comes near them) and are checked by the controller as well (``AlertSpec.validation_errors``), for
 API servers or local manifests that did not apply the schema: the model itself stays lenient so that such an
 Alert reaches the reconciler and is reported ``Ready=False`` instead of vanishing.

@@ -1,6 +1,6 @@
 """Noise control's decisions, as pure functions over plain, serialisable state (docs/noise-control.md).
 
-The stages that apply them (``dispatch/noise.py``) keep the state in the store's KV (``--store``): in
+The stages that apply them (``dispatch/noise/``) keep the state in the store's KV (``--store``): in
 memory per process by default, in SQLite across restarts, in NATS JetStream across replicas. Here there is
 no I/O and no clock: time comes in as epoch seconds, state goes out as bytes.
 

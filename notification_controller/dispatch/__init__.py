@@ -1,6 +1,9 @@
-"""The dispatch pipeline: match → prepare (enrich, Flux's per-alert rules) → stages → deliver.
+"""The dispatch pipeline: match → pre-queue stages → queue → resolve → pre-send stages → send → post-send.
 
-``Dispatcher`` owns all delivery state (lanes, notifier cache, counters); nothing lives in globals, so
-several dispatchers can run in one process (tests) and future stages (hooks, noise control, durable
-outbox, cross-replica dedup) slot in as ``Stage`` objects without touching matching or delivery.
+``builder.py`` builds it as a value (the three stage lists written out before anything is constructed);
+``dispatcher.py`` conducts, ``matcher.py`` and ``deliverer.py`` are its two halves, ``stage.py`` the one
+stage type and runner, and the queue between them is the memory lanes (``lanes.py``) or the durable outbox
+(``outbox/``). Nothing lives in globals, so several pipelines can run in one process (tests), and a new
+stage is one module and one line in the builder (CONTRIBUTING.md). The layers inside this package are an
+import-linter contract (pyproject.toml).
 """

@@ -8,7 +8,8 @@
   and counts what it abandoned (``shutdown``): every notification put here ends delivered, failed or
   dropped.
 
-With a durable store the outbox (``durable.py``) takes this module's place.
+This is one of the two ``Queue``s (``model.Queue``); with a durable store the outbox (``outbox/``) takes
+this module's place.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from ..settings import EventSettings
@@ -72,6 +73,11 @@ class MemoryLanes:
     @property
     def accepting(self) -> bool:
         return self._accepting
+
+    def enqueue(self, notifications: Sequence[Notification], /) -> None:
+        """``Queue.enqueue``: each in its lane now (what is refused is counted)."""
+        for notification in notifications:
+            self.put(notification)
 
     def put(self, notification: Notification) -> bool:
         """Queue ``notification`` in its Provider's lane; False (counted) when refused."""
@@ -161,7 +167,15 @@ class MemoryLanes:
         for task in workers:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        return queued + self._interrupted
+        abandoned = queued + self._interrupted
+        if abandoned:
+            log.warning(
+                "shutdown abandoned %d notifications (%d queued, %d in flight)",
+                abandoned,
+                queued,
+                self._interrupted,
+            )
+        return abandoned
 
     @property
     def interrupted(self) -> int:

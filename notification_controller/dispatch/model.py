@@ -1,4 +1,4 @@
-"""Values that flow through the pipeline, and the two kinds of stage.
+"""Values that flow through the pipeline, and the queue protocol between its two halves.
 
 * ``Draft``: one event × one matched Alert while the *pre-queue* stages run (Flux's per-Alert rules in
   ``rules.py``, then any stage added at composition time). It holds the live Alert and Provider.
@@ -18,9 +18,9 @@ from __future__ import annotations
 import enum
 import itertools
 import os
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import orjson
 
@@ -222,33 +222,52 @@ class Drop:
     suppressed: bool = False  # noise control: counted in notification_suppressed_total, logged at debug
 
 
-class PreQueueStage(Protocol):
-    """Runs before a notification takes a pending slot (or is written to the outbox): return the draft
-    (possibly replaced), a Drop, or an awaitable of either (a stage that needs I/O). Raising
-    ``ControllerError`` drops it with a ``NotificationDispatchFailed`` Warning on the Alert."""
+class DeliveryOutcome(enum.Enum):
+    """What one delivery attempt came to (the outbox acts on it; not ``hooks.metrics.Outcome``)."""
+
+    DELIVERED = "delivered"
+    RETRY = "retry"  # a transient failure: try again later
+    PERMANENT = "permanent"  # the provider refused it for good (e.g. 400): dead-letter now
+    DROPPED = "dropped"  # nothing to send any more (Provider deleted, a stage dropped it): forget
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """What ``Deliverer.deliver`` made of one attempt."""
+
+    outcome: DeliveryOutcome
+    error: str = ""
+    """Masked error text (it is stored with a dead letter and shown by the CLI)."""
+    retry_after: float | None = None
+    """Seconds the provider asked us to wait (``Retry-After`` on 429/503)."""
+
+
+DELIVERED = Result(DeliveryOutcome.DELIVERED)
+GONE = Result(DeliveryOutcome.DROPPED)
+
+
+class Queue(Protocol):
+    """Where prepared notifications wait for delivery: the memory lanes (``lanes.py``) or the durable
+    outbox (``outbox/``). ``durable``: the event's answer waits until ``enqueue`` returned (at least
+    once); otherwise it does not, and work that needs I/O continues on tasks (Flux's at most once)."""
 
     @property
-    def name(self) -> str: ...
-
-    def __call__(self, draft: Draft, /) -> Draft | Drop | Awaitable[Draft | Drop]: ...
-
-
-class PreSendStage(Protocol):
-    """Runs in the lane, after the notification was resolved and before the request is built."""
+    def durable(self) -> bool: ...
 
     @property
-    def name(self) -> str: ...
+    def pending(self) -> int:
+        """Notifications waiting in this process (a durable queue's wait in the store: 0)."""
 
-    async def __call__(self, delivery: Delivery, /) -> Delivery | Drop: ...
+    def enqueue(self, notifications: Sequence[Notification], /) -> Awaitable[None] | None:
+        """Queue one event's notifications (a durable queue: in one store call; ``StoreError`` propagates)."""
 
+    def close(self) -> None:
+        """Refuse what comes from now on (shutdown)."""
 
-class PostSendStage(Protocol):
-    """Runs after a successful send (e.g. remembers the thread a message started)."""
+    async def wait_idle(self, timeout: float | None = None) -> bool: ...
 
-    @property
-    def name(self) -> str: ...
-
-    async def __call__(self, delivery: Delivery, /) -> None: ...
+    async def shutdown(self, grace: float) -> int:
+        """Stop taking work; finish what is in flight within ``grace`` seconds; return what was abandoned."""
 
 
 class EventSink(Protocol):
@@ -263,8 +282,3 @@ class EventSink(Protocol):
         message: str,
         annotations: Mapping[str, str] | None = None,
     ) -> object: ...
-
-
-def describe(value: Any) -> str:
-    """A stage's name for logs."""
-    return str(getattr(value, "name", type(value).__name__))

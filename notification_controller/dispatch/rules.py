@@ -43,18 +43,10 @@ from ..sandbox import SandboxFailure, SandboxPool
 from ..store.base import ObjectStore
 from .model import Delivery, Draft, Drop, DropReason
 from .notifiers import NotifierCache
+from .stage import Stage
 
 Warn = Callable[..., None]
 """``warn(alert, reason, message, annotations=None)``: a Warning Event on the Alert."""
-
-
-@dataclass(frozen=True)
-class Rule:
-    name: str
-    check: Callable[[Draft], Draft | Drop | Awaitable[Draft | Drop]]
-
-    def __call__(self, draft: Draft) -> Draft | Drop | Awaitable[Draft | Drop]:
-        return self.check(draft)
 
 
 def _provider(draft: Draft) -> Provider:
@@ -70,8 +62,11 @@ def flux_rules(
     no_cross_namespace_refs: bool,
     object_level_workload_identity: bool,
     sandbox: SandboxPool | None = None,
-    deferred: Callable[[], bool] = lambda: False,
-) -> tuple[Rule, ...]:
+    deferred: bool = False,
+) -> tuple[Stage[Draft], ...]:
+    """The rules in order. ``deferred`` (a durable store): a ``commitStatusExpr`` the sandbox must
+    evaluate waits for send time (``CommitStatusAtSend``)."""
+
     def cross_namespace(draft: Draft) -> Draft | Drop:
         obj, meta = draft.event.involved_object, draft.alert.metadata
         if no_cross_namespace_refs and obj.namespace != meta.namespace:
@@ -168,21 +163,21 @@ def flux_rules(
         program, activation = _commit_status_program(draft, p)
         if sandbox is None or program.inline_safe:
             return draft.with_commit_status(_evaluated(lambda: program.evaluate_string(activation)))
-        if deferred():
+        if deferred:
             return draft  # no id yet: ``CommitStatusAtSend`` evaluates it once the notification is stored
         return _commit_status_in_sandbox(sandbox, draft, program, activation)
 
     return (
-        Rule("cross-namespace", cross_namespace),
-        Rule("provider", provider),
-        Rule("provider-suspended", provider_suspended),
-        Rule("commit-status-update", commit_status_update),
-        Rule("commit-status-metadata", commit_status_metadata),
-        Rule("change-request", change_request),
-        Rule("workload-identity", workload_identity),
-        Rule("metadata", metadata),
-        Rule("notifier", notifier),
-        Rule("commit-status-id", commit_status_id),
+        Stage("cross-namespace", cross_namespace),
+        Stage("provider", provider),
+        Stage("provider-suspended", provider_suspended),
+        Stage("commit-status-update", commit_status_update),
+        Stage("commit-status-metadata", commit_status_metadata),
+        Stage("change-request", change_request),
+        Stage("workload-identity", workload_identity),
+        Stage("metadata", metadata),
+        Stage("notifier", notifier),
+        Stage("commit-status-id", commit_status_id),
     )
 
 

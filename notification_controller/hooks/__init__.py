@@ -4,7 +4,7 @@
 ``Hooks`` builds every piece once, for the composition root::
 
     hooks = Hooks(store, cluster, http, registry=registry, config=load_hooks_config(path))
-    Dispatcher(..., pre_send=[hooks.pre_dispatch])
+    dispatch.builder.build(..., hooks=[hooks.pre_dispatch])
     ControllerManager(..., hooks=hooks.reconcile)
 
 Modules: ``registry`` (which hooks apply, in which order), ``client`` (address, signing, one call),

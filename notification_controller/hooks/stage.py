@@ -37,7 +37,7 @@ SEVERITIES = frozenset({SEVERITY_INFO, SEVERITY_ERROR, SEVERITY_TRACE})
 
 
 class PreDispatchHooks:
-    """Pre-send stage of the dispatcher (``Dispatcher(..., pre_send=[PreDispatchHooks(...)])``)."""
+    """A pre-send stage of the pipeline (``dispatch.builder.build(..., hooks=[PreDispatchHooks(...)])``)."""
 
     def __init__(self, hooks: HookSet, chain: Chain) -> None:
         self.name = "hooks"

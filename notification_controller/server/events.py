@@ -27,14 +27,13 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from ..api.event import Event, EventDecodeError
 from ..core.metadata import cleanup_metadata
 from ..core.ratelimit import FixedWindowLimiter, event_key
-from ..dispatch.dispatcher import Dispatcher
 from ..dispatch.duplicates import SharedDuplicateWindow
 from ..errors import StoreError
 from ..metrics import EventMetrics
@@ -79,13 +78,20 @@ def runner_kwargs(settings: EventServerSettings) -> dict[str, Any]:
     }
 
 
+class Admission(Protocol):
+    """``dispatch.Dispatcher``: the number of Alerts matched now (the memory store), or an awaitable that
+    ends once the event's notifications are stored (a durable store; ``StoreError`` when it cannot)."""
+
+    def admit(self, event: Event, /) -> int | Awaitable[int]: ...
+
+
 class EventEndpoint:
     """The event endpoint: a request in, an answer out. With the memory store everything up to the 202 is
     synchronous (no task, no await); a durable store's duplicate window and outbox are awaited on a task."""
 
     def __init__(
         self,
-        dispatcher: Dispatcher,
+        dispatcher: Admission,
         limiter: FixedWindowLimiter,
         metrics: EventMetrics,
         *,
@@ -189,18 +195,20 @@ class EventEndpoint:
             metrics.events_rejected.labels(reason="not_ready").inc()
             return Response(503, {"Retry-After": "5"})
         key = event_key(event)
-        if self.shared_window is not None or self.dispatcher.outbox is not None:
+        if self.shared_window is not None:
             return self._durable(event, key)
         decision = self.limiter.take(key)
         if not decision.allowed:
             return self._duplicate(event, decision.headers())
-        self.dispatcher.submit(event)
-        self._events_received.inc()
-        return Response(202, decision.headers())
+        admitted = self.dispatcher.admit(event)
+        if isinstance(admitted, int):  # the memory store: answered now, no task
+            self._events_received.inc()
+            return Response(202, decision.headers())
+        return self._stored(event, key, admitted, decision.headers())
 
     async def _durable(self, event: Event, key: str) -> Response:
         """A durable store: the duplicate window may be shared by every replica (dispatch/duplicates.py), and
-        the 202 comes once the notifications are stored.
+        the 202 comes once the notifications are stored (``Dispatcher.admit`` answers with an awaitable).
 
         A client that leaves does not cancel this (server/http1.py lets the answer finish, issue 23 item 8):
         the event is stored and a retry is a duplicate (429). It is cancelled only at the end of a shutdown's
@@ -221,8 +229,19 @@ class EventEndpoint:
         headers = decision.headers()
         if not decision.allowed:
             return self._duplicate(event, headers)
+        admitted = self.dispatcher.admit(event)
+        if isinstance(admitted, int):
+            self._events_received.inc()
+            return Response(202, headers)
+        return await self._stored(event, key, admitted, headers)
+
+    async def _stored(
+        self, event: Event, key: str, admitted: Awaitable[int], headers: dict[str, str]
+    ) -> Response:
+        """The 202 once the event's notifications are stored; 503 (and the window released) when the
+        store cannot be reached."""
         try:
-            await self.dispatcher.admit(event)
+            await admitted
         except StoreError as exc:  # durable store unreachable: never 202-and-lose; the emitter retries
             await self._release(key)
             return self._store_unavailable(event, exc)

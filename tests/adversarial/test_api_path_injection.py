@@ -45,7 +45,7 @@ from notification_controller.core.apiref import (
     validate_object_ref,
 )
 from notification_controller.core.webhook import webhook_path
-from notification_controller.dispatch.dispatcher import Dispatcher
+from notification_controller.dispatch.builder import build as build_pipeline
 from notification_controller.errors import KubeError
 from notification_controller.kube.client import KubeClient, api_path
 from notification_controller.kube.cluster import KubeCluster
@@ -354,14 +354,14 @@ async def test_event_label_lookup_cannot_reach_arbitrary_paths(tmp_path: Path) -
         ):
             store.upsert(parse_object(doc))
         store.mark_synced()
-        dispatcher = Dispatcher(store, cluster, http, LogSink(), EventMetrics(registry))
+        dispatcher = build_pipeline(store, cluster, http, LogSink(), EventMetrics(registry)).dispatcher
         try:
             for api_version in CROSS_NAMESPACE + TO_SECRET:
-                dispatcher.submit(_event(api_version))
+                dispatcher.admit(_event(api_version))
                 assert await dispatcher.wait_idle(20)
             assert api.off_limits() == []
             assert sink.requests == []
-            dispatcher.submit(_event(GIT))
+            dispatcher.admit(_event(GIT))
             assert await dispatcher.wait_idle(20)
             assert [r.json()["message"] for r in sink.requests] == [f"probe {GIT}"]
         finally:

@@ -39,7 +39,7 @@ from prometheus_client import CollectorRegistry
 from notification_controller.api.event import Event, EventDecodeError
 from notification_controller.app import App
 from notification_controller.core.ratelimit import FixedWindowLimiter
-from notification_controller.dispatch.dispatcher import Dispatcher
+from notification_controller.dispatch.builder import build
 from notification_controller.lib.clock import SystemClock
 from notification_controller.metrics import EventMetrics
 from notification_controller.outbound import OutboundHTTP
@@ -400,7 +400,7 @@ async def _event_runner(server_settings: EventServerSettings) -> tuple[HTTPServe
     metrics = EventMetrics(CollectorRegistry())
     http = OutboundHTTP()
     await http.start()
-    dispatcher = Dispatcher(store, MemoryCluster(), http, LogSink(), metrics)
+    dispatcher = build(store, MemoryCluster(), http, LogSink(), metrics).dispatcher
     limiter = FixedWindowLimiter(300.0, SystemClock())
     server = EventEndpoint(dispatcher, limiter, metrics, ready=lambda: True).server(server_settings)
     port = await server.start("127.0.0.1", 0)

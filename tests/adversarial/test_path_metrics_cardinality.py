@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry
 
 from notification_controller.app import App
 from notification_controller.core.ratelimit import FixedWindowLimiter
-from notification_controller.dispatch.dispatcher import Dispatcher
+from notification_controller.dispatch.builder import build
 from notification_controller.lib.clock import SystemClock
 from notification_controller.metrics import EventMetrics
 from notification_controller.outbound import OutboundHTTP
@@ -48,7 +48,7 @@ async def server() -> AsyncIterator[tuple[int, CollectorRegistry]]:
     metrics = EventMetrics(registry)
     http = OutboundHTTP()
     await http.start()
-    dispatcher = Dispatcher(store, MemoryCluster(), http, LogSink(), metrics)
+    dispatcher = build(store, MemoryCluster(), http, LogSink(), metrics).dispatcher
     limiter = FixedWindowLimiter(300.0, SystemClock())
     settings = EventServerSettings()
     endpoint = EventEndpoint(dispatcher, limiter, metrics, ready=lambda: True, export_path_metrics=True)

@@ -298,7 +298,7 @@ async def test_500_failing_deliveries_leak_no_tasks_and_no_memory(
         finally:
             tracemalloc.stop()
         assert metric(app, FAILED, provider_type="generic", reason="connection") == 550
-        assert app.dispatcher.pending == 0
+        assert app.dispatcher.queue.pending == 0
     assert growth < 1 * MiB, f"traced memory grew by {growth / MiB:.2f} MiB"
 
 

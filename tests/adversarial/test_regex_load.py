@@ -227,7 +227,7 @@ async def test_a_full_filter_backlog_drops_and_counts(tmp_path: Path) -> None:
             what="the Alerts to be loaded",
         )
         url = f"http://127.0.0.1:{running.ports['events']}/"
-        sent = running.dispatcher.filters.settings.max_backlog + 8
+        sent = running.dispatcher.matcher.filters.settings.max_backlog + 8
         answers = [
             await asyncio.to_thread(http, "POST", url, event("heavy", f"{message} {n}")) for n in range(sent)
         ]

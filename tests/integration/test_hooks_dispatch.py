@@ -25,6 +25,7 @@ from prometheus_client import CollectorRegistry
 from notification_controller.api.event import Event
 from notification_controller.api.hooks import HooksConfig
 from notification_controller.api.objects import parse_object
+from notification_controller.dispatch.builder import build
 from notification_controller.dispatch.dispatcher import Dispatcher
 from notification_controller.hooks import Hooks
 from notification_controller.metrics import EventMetrics
@@ -60,7 +61,7 @@ class Rig:
             self.store.upsert(parse_object(doc))
 
     async def send(self, event: Event | None = None) -> None:
-        assert self.dispatcher.submit(event or flux_event()) == 1
+        assert self.dispatcher.admit(event or flux_event()) == 1
         assert await self.dispatcher.wait_idle(20)
 
     def hook_calls(self, hook: str, outcome: str) -> float:
@@ -101,7 +102,9 @@ async def rig(config: HooksConfig | None = None) -> AsyncIterator[Rig]:
         backoff_max=0.05,
     )
     sink = LogSink()
-    dispatcher = Dispatcher(store, cluster, http, sink, EventMetrics(registry), pre_send=[hooks.pre_dispatch])
+    dispatcher = build(
+        store, cluster, http, sink, EventMetrics(registry), hooks=[hooks.pre_dispatch]
+    ).dispatcher
     try:
         async with CaptureServer() as provider:
             yield Rig(store, cluster, registry, sink, dispatcher, provider)

@@ -32,7 +32,8 @@ from prometheus_client import CollectorRegistry
 from notification_controller.api.event import Event
 from notification_controller.api.objects import parse_object
 from notification_controller.app import App
-from notification_controller.dispatch.dispatcher import Dispatcher, DispatchSettings
+from notification_controller.dispatch.builder import build
+from notification_controller.dispatch.dispatcher import Dispatcher
 from notification_controller.errors import KubeError
 from notification_controller.metrics import EventMetrics
 from notification_controller.outbound import OutboundHTTP, RetryPolicy
@@ -462,7 +463,7 @@ class Rig:
         }
 
     async def send(self, message: str = "Reconciliation finished") -> None:
-        assert self.dispatcher.submit(flux_event(message)) == len(self.store.alerts())
+        assert self.dispatcher.admit(flux_event(message)) == len(self.store.alerts())
         assert await self.dispatcher.wait_idle(20)
 
     def warnings(self) -> list[str]:
@@ -476,19 +477,21 @@ async def rig(*, gate: bool = True, default_sa: str = "") -> AsyncIterator[Rig]:
     http = OutboundHTTP(RetryPolicy(max_attempts=2, wait_min=0.01, wait_max=0.02))
     await http.start()
     sink = LogSink()
-    dispatcher = Dispatcher(
+    dispatcher = build(
         store,
         cluster,
         http,
         sink,
         EventMetrics(CollectorRegistry()),
-        DispatchSettings(
-            object_level_workload_identity=gate,
-            default_service_account=default_sa,
-            workload_identity_custom_endpoints=True,  # the local servers stand in for Azure's hosts
+        Settings(
+            kube=KubeSettings(
+                default_service_account=default_sa,
+                workload_identity_custom_endpoints=True,  # the local servers stand in for Azure's hosts
+            ),
+            feature_gates={"ObjectLevelWorkloadIdentity": gate},
         ),
         tokens=TokenCache(),
-    )
+    ).dispatcher
     try:
         yield Rig(store, cluster, sink, dispatcher)
     finally:

@@ -113,9 +113,10 @@ def test_the_token_cache_flags_reach_the_cache(tmp_path: Path) -> None:
     from notification_controller.app import App
 
     app = App(parse_args(["--manifests", str(tmp_path), "--token-cache-max-size=0"], environ={}))
-    assert app.dispatcher.tokens is None
+    assert app.pipeline.deliverer.tokens is None
     app = App(parse_args(["--manifests", str(tmp_path), "--token-cache-max-size=7"], environ={}))
-    assert app.dispatcher.tokens is not None and app.dispatcher.tokens._capacity == 7
+    tokens = app.pipeline.deliverer.tokens
+    assert tokens is not None and tokens._capacity == 7
 
 
 # ---- one command, every subcommand (issue 25 item 2) ------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Noise control (issue 14): the pure decisions (``core/noise.py``), then the stages (``dispatch/noise.py``)
+"""Noise control (issue 14): the pure decisions (``core/noise.py``), then the stages (``dispatch/noise/``)
 over the real in-memory state store and a manual clock (virtual time: windows pass in microseconds).
 
 The stages run in their documented order (filter → threshold → state change → repeat → group) through
@@ -39,10 +39,11 @@ from notification_controller.core.noise import (
     threshold_step,
 )
 from notification_controller.dispatch.model import Draft, Drop, Notification
-from notification_controller.dispatch.noise import SCAN_PER_TICK, NoiseControl, NoiseSettings
+from notification_controller.dispatch.noise import SCAN_PER_TICK, NoiseControl, flush
 from notification_controller.errors import StoreError
 from notification_controller.lib.clock import ManualClock
 from notification_controller.metrics import NoiseMetrics
+from notification_controller.settings import NoiseControlSettings
 from notification_controller.state.base import KVEntry
 from notification_controller.state.memory import MemoryStore
 from notification_controller.store.base import ObjectStore
@@ -212,7 +213,7 @@ def test_a_flood_of_distinct_objects_keeps_a_group_bounded() -> None:
 
 # ---- the stages over the real memory store ----------------------------------------------------------------
 class Rig:
-    def __init__(self, settings: NoiseSettings | None = None) -> None:
+    def __init__(self, settings: NoiseControlSettings | None = None) -> None:
         self.clock = ManualClock()
         self.state = MemoryStore(clock=self.clock)
         self.objects = ObjectStore()
@@ -223,7 +224,6 @@ class Rig:
             self.state,
             self.objects,
             self.clock,
-            self._enqueue,
             settings,
             warn=lambda a, r, m: self.warnings.append((r, m)),
             metrics=NoiseMetrics(self.registry),
@@ -334,9 +334,9 @@ async def test_group_collects_then_flushes_one_notification(rig: Rig) -> None:
     results.append(await rig.run(a, event("c", "info", "c ok", "Progressing")))  # another group
     assert reasons(results) == ["grouped"] * 3
     rig.clock.advance(10)
-    assert await rig.noise.flush_due() == 0  # 15 s < groupWait
+    assert await rig.noise.flush_due(rig._enqueue) == 0  # 15 s < groupWait
     rig.clock.advance(20)
-    assert await rig.noise.flush_due() == 2
+    assert await rig.noise.flush_due(rig._enqueue) == 2
     by_reason = {n.event.reason: n for n in rig.queued}
     failing = by_reason["HealthCheckFailed"]
     assert (
@@ -349,15 +349,15 @@ async def test_group_collects_then_flushes_one_notification(rig: Rig) -> None:
     rig.queued.clear()
     await rig.run(a, event("a", "error", "again", "HealthCheckFailed"))
     rig.clock.advance(60)
-    assert await rig.noise.flush_due() == 0
+    assert await rig.noise.flush_due(rig._enqueue) == 0
     rig.clock.advance(240)
-    assert await rig.noise.flush_due() == 1 and rig.queued[0].id.endswith("-1")
+    assert await rig.noise.flush_due(rig._enqueue) == 1 and rig.queued[0].id.endswith("-1")
     # quiet for an interval: the groups end, nothing is scheduled or counted for them any more
     rig.clock.advance(301)
-    await rig.noise.flush_due()
+    await rig.noise.flush_due(rig._enqueue)
     assert rig.metric("notification_noise_keys", kind="groups") == 0
-    assert not rig.noise._flush_at
-    assert await rig.noise.flush_due() == 0
+    assert not rig.noise.flusher._flush_at
+    assert await rig.noise.flush_due(rig._enqueue) == 0
 
 
 async def test_stages_combine_in_the_documented_order(rig: Rig) -> None:
@@ -397,7 +397,7 @@ class BrokenStore(MemoryStore):
 
 
 async def test_a_store_outage_lets_notifications_through(rig: Rig) -> None:
-    rig.noise.state = BrokenStore(clock=rig.clock)
+    rig.noise.core.state = BrokenStore(clock=rig.clock)
     specs: list[dict[str, Any]] = [
         {"threshold": {"count": 5, "within": "1m"}},
         {"notifyOn": "StateChange"},
@@ -431,7 +431,7 @@ def test_json_values_are_sized_to_their_content() -> None:
 
 
 async def test_state_change_keys_expire_after_the_retention() -> None:
-    rig = Rig(NoiseSettings(state_retention=3600))
+    rig = Rig(NoiseControlSettings(state_retention=3600))
     a = alert(notifyOn="StateChange")
     err = event(severity="error", reason="HealthCheckFailed")
     assert reasons(await rig.sent(a, [(0, err), (1800, err)])) == ["sent", "state"]
@@ -444,7 +444,7 @@ async def test_state_change_keys_expire_after_the_retention() -> None:
 
 
 async def test_past_the_key_cap_events_are_notified_counted_and_warned_once() -> None:
-    rig = Rig(NoiseSettings(max_keys=2))
+    rig = Rig(NoiseControlSettings(max_keys_per_alert=2))
     counted = alert(threshold={"count": 3, "within": "10m"})
     results = await rig.sent(counted, [(0, event(n)) for n in ("a", "b", "c", "d", "a", "a")])
     assert reasons(results) == ["threshold", "threshold", "sent", "sent", "threshold", "sent"]
@@ -455,7 +455,7 @@ async def test_past_the_key_cap_events_are_notified_counted_and_warned_once() ->
     assert "--noise-max-keys-per-alert" in rig.warnings[0][1]
     # a state change needs no key for a healthy object never notified: still suppressed when full
     changes = alert(notifyOn="StateChange")
-    rig2 = Rig(NoiseSettings(max_keys=1))
+    rig2 = Rig(NoiseControlSettings(max_keys_per_alert=1))
     results = await rig2.sent(
         changes, [(0, event("a", "error")), (0, event("b")), (0, event("c", "error")), (0, event("a"))]
     )
@@ -467,14 +467,14 @@ async def test_past_the_key_cap_events_are_notified_counted_and_warned_once() ->
 
 
 async def test_past_the_group_cap_events_go_out_ungrouped() -> None:
-    rig = Rig(NoiseSettings(max_groups=2))
+    rig = Rig(NoiseControlSettings(max_groups_per_alert=2))
     a = alert(groupBy=["metadata.team"], groupWait="30s")
     rig.objects.upsert(a)
     teams = [event(f"o{i}", "error", team=f"t{i % 4}") for i in range(8)]
     assert reasons(await rig.sent(a, [(0, e) for e in teams])) == ["grouped", "grouped", "sent", "sent"] * 2
     assert rig.metric("notification_noise_untracked_total", stage="group", reason="group_limit") == 4
     rig.clock.advance(30)
-    assert await rig.noise.flush_due() == 2
+    assert await rig.noise.flush_due(rig._enqueue) == 2
     assert sorted(n.event.metadata[OCCURRENCES] for n in rig.queued) == ["2", "2"]
 
 
@@ -487,19 +487,19 @@ async def test_a_durable_stores_open_groups_are_found_by_another_process() -> No
     first.objects.upsert(a)
     await first.run(a, event("a", "error", reason="Failed"))
     await first.run(a, event("b", "error", reason="Failed"))
-    second = NoiseControl(first.state, first.objects, first.clock, first._enqueue)
+    second = NoiseControl(first.state, first.objects, first.clock)
     first.clock.advance(30)
-    assert await second.flush_due() == 1
+    assert await second.flush_due(first._enqueue) == 1
     assert first.queued[0].event.metadata[OCCURRENCES] == "2"
-    assert await first.noise.flush_due() == 0, "already flushed by the other process"
-    slots_key = NoiseControl._slots_key("flux-system/noisy")
+    assert await first.noise.flush_due(first._enqueue) == 0, "already flushed by the other process"
+    slots_key = flush.slots_key("flux-system/noisy")
     entry = await first.state.kv_get(slots_key)
     assert entry is not None and Slots.from_bytes(entry.value) == Slots(0, 64)  # a block of 64 reserved
     # the group ends, its slot expires; the next scan moves past it
     first.clock.advance(300)
     await first.run(a, event("c", "error", reason="Other"))
-    third = NoiseControl(first.state, first.objects, first.clock, first._enqueue)
-    await third.flush_due()
+    third = NoiseControl(first.state, first.objects, first.clock)
+    await third.flush_due(first._enqueue)
     entry = await first.state.kv_get(slots_key)
     assert entry is not None and Slots.from_bytes(entry.value) == Slots(1, 64)  # slot 0 expired
 
@@ -512,7 +512,7 @@ async def test_threshold_and_state_change_feed_a_group(rig: Rig) -> None:
     results = await rig.sent(a, [(0, err["a"]), (1, err["b"]), (1, err["a"]), (1, err["b"]), (1, err["c"])])
     assert reasons(results) == ["threshold", "threshold", "grouped", "grouped", "threshold"]
     rig.clock.advance(10)
-    assert await rig.noise.flush_due() == 1
+    assert await rig.noise.flush_due(rig._enqueue) == 1
     [group] = rig.queued
     assert group.event.metadata[OCCURRENCES] == "2" and group.message is not None
     assert group.message.title == "2 events from 2 objects"
@@ -553,13 +553,13 @@ async def test_an_upgrade_flushes_the_groups_of_the_old_index_and_expires_it() -
     a = alert(groupBy=["reason"], groupWait="30s")
     rig.objects.upsert(a)
     await rig.run(a, event("a", "error", reason="Failed"))  # not durable yet: no slot, as before
-    [key] = rig.noise._flush_at.at
+    [key] = rig.noise.flusher._flush_at.at
     rig.state.durable = True
     legacy_key = "noise/groups/" + digest("flux-system/noisy")
     await rig.state.kv_put(legacy_key, orjson.dumps([key, "noise/group/gone"]))
-    upgraded = NoiseControl(rig.state, rig.objects, rig.clock, rig._enqueue)
+    upgraded = NoiseControl(rig.state, rig.objects, rig.clock)
     rig.clock.advance(30)
-    assert await upgraded.flush_due() == 1
+    assert await upgraded.flush_due(rig._enqueue) == 1
     assert rig.queued[0].event.metadata[OCCURRENCES] == "1"
     rig.clock.advance(31)
     assert await rig.state.kv_get(legacy_key) is None
@@ -581,17 +581,17 @@ async def test_reading_the_slots_is_spread_over_ticks() -> None:
     store = CountingStore(clock=clock)
     rig = Rig()
     rig.state, rig.clock = store, clock
-    rig.noise = NoiseControl(store, rig.objects, clock, rig._enqueue, NoiseSettings(max_groups=5000))
+    rig.noise = NoiseControl(store, rig.objects, clock, NoiseControlSettings(max_groups_per_alert=5000))
     a = alert(groupBy=["metadata.team"], groupWait="10m")
     rig.objects.upsert(a)
     for i in range(1000):
         await rig.run(a, event(f"o{i}", "error", team=f"t{i}"))
-    other = NoiseControl(store, rig.objects, clock, rig._enqueue)
+    other = NoiseControl(store, rig.objects, clock)
     per_tick: list[int] = []
     while not per_tick or per_tick[-1]:  # until a tick reads nothing: every slot read, the next pass later
         store.reads = 0
-        await other.flush_due()
+        await other.flush_due(rig._enqueue)
         per_tick.append(store.reads)
         assert len(per_tick) < 20
-    assert len(other._flush_at) == 1000, "every group of the other process found"
+    assert len(other.flusher._flush_at) == 1000, "every group of the other process found"
     assert max(per_tick) <= 2 * SCAN_PER_TICK + 2 and len(per_tick) > 1000 // SCAN_PER_TICK

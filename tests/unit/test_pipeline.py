@@ -1,6 +1,7 @@
 """The dispatch pipeline's shape (issue 12 items 1-2): stage slots, drop reasons, plain notifications.
 
-The real ``Dispatcher`` on a real ``ObjectStore``, delivering to a real local capture server.
+The real pipeline (``dispatch/builder.py``) on a real ``ObjectStore``, delivering to a real local capture
+server. Each test builds it with its stage lists whole: nothing is appended after construction.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from prometheus_client import CollectorRegistry
 
 from notification_controller.api.event import Event
 from notification_controller.api.objects import parse_object
+from notification_controller.dispatch.builder import Pipeline, build
 from notification_controller.dispatch.dispatcher import Dispatcher
+from notification_controller.dispatch.lanes import MemoryLanes
 from notification_controller.dispatch.model import Delivery, Draft, Drop, DropReason, Notification, Ref
 from notification_controller.errors import ControllerError
 from notification_controller.metrics import EventMetrics
@@ -79,10 +82,29 @@ def alert(name: str, provider_name: str) -> dict[str, Any]:
 @dataclass
 class Rig:
     store: ObjectStore
-    dispatcher: Dispatcher
+    http: OutboundHTTP
     server: CaptureServer
     registry: CollectorRegistry
     sink: LogSink = field(default_factory=LogSink)
+    pipeline: Pipeline | None = None
+
+    def build(self, **stages: Any) -> Dispatcher:
+        """The pipeline with ``pre_queue``/``pre_send`` stages after the standard ones."""
+        assert self.pipeline is None
+        self.pipeline = build(
+            self.store, MemoryCluster(), self.http, self.sink, EventMetrics(self.registry), **stages
+        )
+        return self.pipeline.dispatcher
+
+    @property
+    def dispatcher(self) -> Dispatcher:
+        return self.pipeline.dispatcher if self.pipeline is not None else self.build()
+
+    @property
+    def lanes(self) -> MemoryLanes:
+        lanes = self.dispatcher.queue
+        assert isinstance(lanes, MemoryLanes)
+        return lanes
 
     def dropped(self, reason: str, ptype: str = "generic") -> float:
         value = self.registry.get_sample_value(
@@ -97,13 +119,13 @@ async def rig() -> AsyncIterator[Rig]:
     store = ObjectStore()
     http = OutboundHTTP(RetryPolicy(max_attempts=1))
     await http.start()
-    sink = LogSink()
-    dispatcher = Dispatcher(store, MemoryCluster(), http, sink, EventMetrics(registry))
     async with CaptureServer() as server:
         store.upsert(parse_object(provider("sink", f"{server.url}/hook")))
         store.upsert(parse_object(alert("all", "sink")))
-        yield Rig(store, dispatcher, server, registry, sink)
-        await dispatcher.shutdown(1)
+        rig = Rig(store, http, server, registry)
+        yield rig
+        if rig.pipeline is not None:
+            await rig.pipeline.dispatcher.shutdown(1)
     await http.close()
 
 
@@ -167,13 +189,13 @@ async def test_a_stage_is_added_without_touching_the_orchestrator_and_runs_after
     rig: Rig,
 ) -> None:
     seen: list[str] = []
-    rig.dispatcher.pre_queue.append(Recorder("mine", seen))
-    assert [getattr(s, "name", "") for s in rig.dispatcher.pre_queue][:3] == [
+    rig.build(pre_queue=[Recorder("mine", seen)])
+    assert [s.name for s in rig.dispatcher.pre_queue.stages][:3] == [
         "cross-namespace",
         "provider",
         "provider-suspended",
     ]
-    assert rig.dispatcher.submit(event()) == 1
+    assert rig.dispatcher.admit(event()) == 1
     assert await rig.dispatcher.wait_idle(10)
     assert seen == ["mine:sink"]  # Flux's rules ran first: the Provider is resolved
     assert len(await rig.server.wait_for(1)) == 1
@@ -182,20 +204,20 @@ async def test_a_stage_is_added_without_touching_the_orchestrator_and_runs_after
 async def test_a_pre_queue_drop_never_takes_a_pending_slot(rig: Rig) -> None:
     """The noise-control contract: dropped before the lanes, so it cannot crowd out real notifications."""
     seen: list[str] = []
-    rig.dispatcher.pre_queue.append(Recorder("noise", seen, verdict="drop"))
+    rig.build(pre_queue=[Recorder("noise", seen, verdict="drop")])
     peak = 0
-    original = rig.dispatcher.lanes.put
+    original = rig.lanes.put
 
     def watching(n: Notification) -> bool:
         nonlocal peak
         peak += 1
         return original(n)
 
-    rig.dispatcher.lanes.put = watching  # type: ignore[method-assign,assignment]
+    rig.lanes.put = watching  # type: ignore[method-assign,assignment]
     for n in range(50):
-        rig.dispatcher.submit(event(n))
+        rig.dispatcher.admit(event(n))
     assert await rig.dispatcher.wait_idle(10)
-    assert (peak, rig.dispatcher.pending, len(seen)) == (0, 0, 50)
+    assert (peak, rig.lanes.pending, len(seen)) == (0, 0, 50)
     assert rig.dropped("noise") == 50
     assert (
         rig.registry.get_sample_value("notification_notifications_total", {"provider_type": "generic"})
@@ -215,8 +237,8 @@ async def test_an_async_pre_queue_stage_is_awaited_in_order(rig: Rig) -> None:
             order.append("slow")
             return dataclasses.replace(draft, event=draft.event.model_copy(update={"message": "rewritten"}))
 
-    rig.dispatcher.pre_queue.extend([Slow(), Recorder("after", order)])
-    rig.dispatcher.submit(event())
+    rig.build(pre_queue=[Slow(), Recorder("after", order)])
+    rig.dispatcher.admit(event())
     assert await rig.dispatcher.wait_idle(10)
     assert order == ["slow", "after:sink"]
     [req] = await rig.server.wait_for(1)
@@ -239,8 +261,8 @@ async def test_pre_send_stages_see_the_resolved_delivery(rig: Rig) -> None:
             )
             return Drop(DropReason.HOOK, "no", warn=True)
 
-    rig.dispatcher.pre_send.append(Look())
-    rig.dispatcher.submit(event())
+    rig.build(pre_send=[Look()])
+    rig.dispatcher.admit(event())
     assert await rig.dispatcher.wait_idle(10)
     assert seen == [("sink", "all", 3)]
     assert rig.dropped("hook") == 1
@@ -256,15 +278,15 @@ async def test_the_notifier_is_resolved_at_send_time_from_the_current_provider(r
             name = "hold"
 
             async def __call__(self, delivery: Delivery) -> Delivery | Drop:
-                await gate.wait()
+                if delivery.event.involved_object.name == "app1":  # the first event only
+                    await gate.wait()
                 return delivery
 
-        rig.dispatcher.pre_send.append(Hold())
-        rig.dispatcher.submit(event(1))
+        rig.build(pre_send=[Hold()])
+        rig.dispatcher.admit(event(1))
         await asyncio.sleep(0.05)
         rig.store.upsert(parse_object(provider("sink", f"{moved.url}/new", generation=2)))
-        rig.dispatcher.pre_send.clear()
-        rig.dispatcher.submit(event(2))  # resolved after the change: goes to the new address
+        rig.dispatcher.admit(event(2))  # resolved after the change: goes to the new address
         gate.set()
         assert await rig.dispatcher.wait_idle(10)
         assert len(await moved.wait_for(1)) == 1
@@ -272,7 +294,7 @@ async def test_the_notifier_is_resolved_at_send_time_from_the_current_provider(r
     assert len(rig.server.requests) == 1
     rig.store.delete("Provider", NS, "sink")
     rig.store.upsert(parse_object(provider("other", rig.server.url)))
-    rig.dispatcher.lanes.put(Notification("x", event(3), Ref(NS, "all", 3), Ref(NS, "sink", 1), "generic"))
+    rig.lanes.put(Notification("x", event(3), Ref(NS, "all", 3), Ref(NS, "sink", 1), "generic"))
     assert await rig.dispatcher.wait_idle(10)
     assert rig.dropped("gone") == 1
 
@@ -296,9 +318,9 @@ async def test_commit_status_notifications_reuse_the_cached_notifier(rig: Rig) -
         parse_object(provider("sink", f"{rig.server.url}/org/repo", "github", secretRef={"name": "gh"}))
     )
     for n in range(20):
-        rig.dispatcher.submit(event(n, commit=True))
+        rig.dispatcher.admit(event(n, commit=True))
     assert await rig.dispatcher.wait_idle(20)
-    assert rig.dispatcher.notifiers.builds == 1
+    assert rig.pipeline is not None and rig.pipeline.deliverer.notifiers.builds == 1
     posts = [r for r in rig.server.requests if r.method == "POST"]
     statuses = [r.json() for r in posts]
     assert len(statuses) == 20
@@ -316,8 +338,8 @@ async def test_a_pre_send_stage_can_supply_the_message_every_chat_provider_rende
             return dataclasses.replace(delivery, message=Message("custom title", "custom text", "info"))
 
     rig.store.upsert(parse_object(provider("sink", f"{rig.server.url}/slack", "slack")))
-    rig.dispatcher.pre_send.append(Retitle())
-    rig.dispatcher.submit(event())
+    rig.build(pre_send=[Retitle()])
+    rig.dispatcher.admit(event())
     assert await rig.dispatcher.wait_idle(10)
     [req] = await rig.server.wait_for(1)
     attachment = req.json()["attachments"][0]

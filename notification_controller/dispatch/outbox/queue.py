@@ -1,10 +1,11 @@
-"""The durable outbox wired into the dispatcher (``--store=sqlite:…`` or ``nats://…``; docs/delivery.md).
+"""The durable outbox as the dispatcher's ``Queue`` (``--store=sqlite:…`` or ``nats://…``; docs/delivery.md).
 
-``DurableOutbox`` is what the dispatcher queues into instead of its in-process lanes: ``put`` appends one
-event's notifications to the store in one call (the event server answers 202 only after it returned) and
-wakes their lanes. Its ``OutboxRunner`` (``durable.py``) leases them back and calls ``_deliver``: decode,
-count the attempt, and hand the notification to ``Dispatcher.deliver`` with its id as the
-``Idempotency-Key``. Given-up notifications become dead letters: counted, logged, and a Warning Event
+``DurableOutbox`` is what the dispatcher queues into instead of the in-process lanes: ``enqueue`` appends
+one event's notifications to the store in one call (the event server answers 202 only after it returned)
+and wakes their lanes. Its ``OutboxRunner`` (``runner.py``) leases them back and calls ``_deliver``:
+decode, count the attempt, and hand the notification to the ``Deliverer`` with its id as the
+``Idempotency-Key``. It knows the deliverer's ``deliver`` function, never the dispatcher. Given-up
+notifications become dead letters: counted, logged, and a Warning Event
 ``NotificationDeadLettered`` on the Alert; a lane paused by its circuit breaker is a Warning Event
 ``DeliveryPaused`` on the Provider (``DeliveryResumed`` when it recovers) and a gauge.
 """
@@ -13,16 +14,21 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
-from ..errors import ControllerError
-from ..lib.clock import Clock
-from ..metrics import DeliveryMetrics
-from ..state.base import LaneStats, Lease, NewItem, Store
-from ..store.base import ObjectRef
-from .dispatcher import Dispatcher
-from .durable import BreakerState, DurableSettings, OutboxRunner, Outcome, Result
-from .model import Notification
+from ...errors import ControllerError
+from ...lib.clock import Clock
+from ...metrics import DeliveryMetrics
+from ...state.base import LaneStats, Lease, NewItem, Store
+from ...store.base import ObjectRef, ObjectStore
+from ..model import DeliveryOutcome, Notification, Result
+from ..report import Reporter
+from .breaker import BreakerState
+from .policy import DurableSettings
+from .runner import OutboxRunner
+
+Deliver = Callable[..., Awaitable[Result]]
+"""``Deliverer.deliver(notification, idempotency_key=…)``."""
 
 log = logging.getLogger(__name__)
 
@@ -31,14 +37,19 @@ class DurableOutbox:
     def __init__(
         self,
         store: Store,
-        dispatcher: Dispatcher,
+        deliver: Deliver,
+        objects: ObjectStore,
+        report: Reporter,
         metrics: DeliveryMetrics,
         settings: DurableSettings,
         *,
         clock: Clock | None = None,
+        on_paused: Callable[[str], None] | None = None,
     ) -> None:
         self.store = store
-        self.dispatcher = dispatcher
+        self.deliver = deliver
+        self.objects = objects
+        self.report = report
         self.metrics = metrics
         self.clock = clock
         self.runner = OutboxRunner(
@@ -51,30 +62,47 @@ class DurableOutbox:
             on_stats=self._stats,
         )
         self._gauged: set[str] = set()
-        self.on_paused: Callable[[str], None] | None = None
+        self.on_paused = on_paused
         """Called with a lane (``namespace/name``) whose breaker opened or closed (the app requests a
         Provider reconcile so its status says it: ``paused``)."""
 
-    async def put(self, notifications: Sequence[Notification]) -> None:
+    durable = True
+    pending = 0  # what is stored waits in the store, not in this process
+
+    async def enqueue(self, notifications: Sequence[Notification], /) -> None:
         """Store every notification of one event (one transaction where the backend has them)."""
         await self.store.append([NewItem(n.id, n.lane, n.to_json()) for n in notifications])
+        for n in notifications:
+            self.report.of(n.provider_type).notifications.inc()
         for lane in {n.lane for n in notifications}:
             self.runner.wake(lane)
+
+    def close(self) -> None:
+        """Nothing to refuse: an event the server still answers is stored."""
+
+    async def wait_idle(self, timeout: float | None = None) -> bool:
+        return True  # what is stored is not pending in this process: a lease runs out, another delivers it
+
+    async def shutdown(self, grace: float) -> int:
+        """Stop leasing; attempts in flight finish within ``grace`` or their leases run out (kept, never
+        abandoned)."""
+        await self.runner.stop(grace=grace)
+        return 0
 
     async def _deliver(self, lease: Lease) -> Result:
         try:
             notification = Notification.from_json(lease.payload)
         except ControllerError as exc:  # written by an incompatible version: keep it, do not retry
-            return Result(Outcome.PERMANENT, str(exc))
+            return Result(DeliveryOutcome.PERMANENT, str(exc))
         ptype = notification.provider_type
         self.metrics.attempts.labels(provider_type=ptype).inc()
         if lease.attempts > 1:
             self.metrics.redeliveries.labels(provider_type=ptype).inc()
         notification = dataclasses.replace(notification, attempt=lease.attempts)
-        result = await self.dispatcher.deliver(notification, idempotency_key=notification.id)
-        if result.outcome is Outcome.DELIVERED and self.clock is not None:
+        result = await self.deliver(notification, idempotency_key=notification.id)
+        if result.outcome is DeliveryOutcome.DELIVERED and self.clock is not None:
             age = self.clock.now().timestamp() - lease.enqueued_at
-            self.dispatcher.report.of(ptype).duration.observe(max(0.0, age))
+            self.report.of(ptype).duration.observe(max(0.0, age))
         return result
 
     def _dead_lettered(self, lease: Lease, reason: str, error: str) -> None:
@@ -91,9 +119,9 @@ class DurableOutbox:
         )
         log.error("%s (provider %s)", message, lease.provider)
         if notification is not None:
-            alert = self.dispatcher.store.alert(notification.alert.namespace, notification.alert.name)
+            alert = self.objects.alert(notification.alert.namespace, notification.alert.name)
             if alert is not None:
-                self.dispatcher.report.warn(alert, "NotificationDeadLettered", message)
+                self.report.warn(alert, "NotificationDeadLettered", message)
 
     def paused(self, lane: str) -> str | None:
         """Why ``lane`` is paused by its circuit breaker on this replica, or None."""
@@ -111,7 +139,7 @@ class DurableOutbox:
         if self.on_paused is not None:
             self.on_paused(lane)
         namespace, _, name = lane.partition("/")
-        provider = self.dispatcher.store.provider(namespace, name)
+        provider = self.objects.provider(namespace, name)
         if provider is None:
             return
         breaker = self.runner.breaker(lane)
@@ -120,11 +148,9 @@ class DurableOutbox:
                 f"delivery paused after {breaker.failures if breaker else '?'} consecutive failures; "
                 "one probe at a time until it succeeds"
             )
-            self.dispatcher.report.event(ObjectRef.of(provider), "Warning", "DeliveryPaused", message)
+            self.report.event(ObjectRef.of(provider), "Warning", "DeliveryPaused", message)
         else:
-            self.dispatcher.report.event(
-                ObjectRef.of(provider), "Normal", "DeliveryResumed", "delivery resumed"
-            )
+            self.report.event(ObjectRef.of(provider), "Normal", "DeliveryResumed", "delivery resumed")
 
     def _stats(self, stats: dict[str, LaneStats]) -> None:
         for lane, lane_stats in stats.items():

@@ -24,153 +24,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import logging
 import random
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 
-from ..errors import StoreError
-from ..lib.backoff import backoff
-from ..lib.clock import Clock, SystemClock
-from ..settings import EventSettings, Settings, StoreSettings
-from ..state.base import LaneStats, Lease, Store
+from ...errors import StoreError
+from ...lib.clock import Clock, SystemClock
+from ...state.base import LaneStats, Lease, Store
+from ..model import DeliveryOutcome, Result
+from .breaker import BreakerState, CircuitBreaker
+from .policy import DurableSettings
 
 log = logging.getLogger(__name__)
 
 MAX_REMEMBERED_ERRORS = 10_000
 
-
-class Outcome(enum.Enum):
-    DELIVERED = "delivered"
-    RETRY = "retry"  # a transient failure: try again later
-    PERMANENT = "permanent"  # the provider refused it for good (e.g. 400): dead-letter now
-    DROPPED = "dropped"  # nothing to send any more (Provider deleted, a stage dropped it): forget
-
-
-@dataclass(frozen=True)
-class Result:
-    """What ``deliver`` made of one attempt."""
-
-    outcome: Outcome
-    error: str = ""
-    """Masked error text (it is stored with a dead letter and shown by the CLI)."""
-    retry_after: float | None = None
-    """Seconds the provider asked us to wait (``Retry-After`` on 429/503)."""
-
-
-DELIVERED = Result(Outcome.DELIVERED)
-
 Deliver = Callable[[Lease], Awaitable[Result]]
-
-
-@dataclass(frozen=True)
-class RedeliveryPolicy:
-    """When the outbox redelivers a notification whose delivery failed (not ``outbound.RetryPolicy``, which
-    retries one request inside one delivery)."""
-
-    base: float = StoreSettings.retry_base
-    cap: float = StoreSettings.retry_cap
-    retry_after_cap: float = 3600.0
-    """A provider's ``Retry-After`` is honoured up to this many seconds."""
-
-    def delay(
-        self, attempts: int, retry_after: float | None = None, rng: random.Random | None = None
-    ) -> float:
-        """Seconds before the next attempt after ``attempts`` failed ones: equal jitter over an
-        exponential delay, never shorter than what the provider asked for (bounded)."""
-        ceiling = backoff(attempts - 1, self.base, self.cap)
-        delay = ceiling / 2 + (rng or random).uniform(0.0, ceiling / 2)
-        if retry_after is not None and retry_after > 0:
-            delay = max(delay, min(retry_after, self.retry_after_cap))
-        return delay
-
-
-class BreakerState(enum.Enum):
-    CLOSED = "closed"
-    OPEN = "open"
-    HALF_OPEN = "half-open"
-
-
-@dataclass
-class CircuitBreaker:
-    """Per lane: ``threshold`` consecutive failures open it for ``cooldown`` seconds (doubling on each
-    failed probe up to ``max_cooldown``); then one probe is let through; its success closes it."""
-
-    clock: Clock
-    threshold: int = 5
-    cooldown: float = 30.0
-    max_cooldown: float = 300.0
-    failures: int = 0
-    state: BreakerState = BreakerState.CLOSED
-    _open_until: float = 0.0
-    _current: float = 0.0
-    _probing: bool = False
-
-    def allow(self) -> bool:
-        """May a worker lease now? In half-open state only one (the probe) may."""
-        if self.state is BreakerState.OPEN:
-            if self.clock.monotonic() < self._open_until:
-                return False
-            self.state = BreakerState.HALF_OPEN
-        if self.state is BreakerState.HALF_OPEN:
-            if self._probing:
-                return False
-            self._probing = True
-        return True
-
-    def release(self) -> None:
-        """The worker that was allowed leased nothing (empty lane): the probe slot is free again."""
-        self._probing = False
-
-    def success(self) -> None:
-        self.failures = 0
-        self._probing = False
-        self._current = 0.0
-        self.state = BreakerState.CLOSED
-
-    def failure(self) -> bool:
-        """Record a failed attempt; True when this failure opened the breaker."""
-        self.failures += 1
-        probing, self._probing = self._probing, False
-        if self.state is BreakerState.HALF_OPEN or (probing and self.state is not BreakerState.CLOSED):
-            self._current = min(self.max_cooldown, max(self.cooldown, self._current * 2))
-        elif self.failures >= self.threshold and self.state is BreakerState.CLOSED:
-            self._current = self.cooldown
-        else:
-            return False
-        self.state = BreakerState.OPEN
-        self._open_until = self.clock.monotonic() + self._current
-        return True
-
-    @property
-    def reopens_in(self) -> float:
-        return max(0.0, self._open_until - self.clock.monotonic()) if self.state is BreakerState.OPEN else 0.0
-
-
-@dataclass(frozen=True)
-class DurableSettings:
-    """Defaults and help live in ``settings.py``."""
-
-    max_age: float = StoreSettings.delivery_max_age
-    """``--delivery-max-age``: an item older than this is dead-lettered instead of retried."""
-    concurrency: int = EventSettings.provider_concurrency
-    poll_interval: float = 1.0
-    retry: RedeliveryPolicy = field(default_factory=RedeliveryPolicy)
-    breaker_threshold: int = StoreSettings.breaker_threshold
-    breaker_cooldown: float = StoreSettings.breaker_cooldown
-
-    @classmethod
-    def of(cls, s: Settings) -> DurableSettings:
-        store = s.store
-        return cls(
-            max_age=store.delivery_max_age,
-            concurrency=s.events.provider_concurrency,
-            retry=RedeliveryPolicy(base=store.retry_base, cap=store.retry_cap),
-            breaker_threshold=store.breaker_threshold,
-            breaker_cooldown=store.breaker_cooldown,
-        )
 
 
 DeadLetterHook = Callable[[Lease, str, str], None]
@@ -344,9 +214,9 @@ class OutboxRunner:
             raise  # shutdown: the lease runs out, the item is delivered later
         except Exception as exc:  # a bug in deliver must not lose the item or kill the lane
             log.error("delivery of %s raised %s", lease.id, type(exc).__name__)
-            result = Result(Outcome.RETRY, f"internal error: {type(exc).__name__}")
+            result = Result(DeliveryOutcome.RETRY, f"internal error: {type(exc).__name__}")
         breaker = lane.breaker
-        if result.outcome is Outcome.RETRY:
+        if result.outcome is DeliveryOutcome.RETRY:
             if breaker.failure():
                 self._breaker_changed(key, breaker)
             delay = self.settings.retry.delay(lease.attempts, result.retry_after, self._rng)
@@ -364,7 +234,7 @@ class OutboxRunner:
         breaker.success()
         if was_open:
             self._breaker_changed(key, breaker)
-        if result.outcome is Outcome.PERMANENT:
+        if result.outcome is DeliveryOutcome.PERMANENT:
             await self._dead(lease, "permanent", result.error)
         else:
             await self._settle("ack", self.store.ack(lease))

@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry
 from notification_controller.api.event import Event
 from notification_controller.api.objects import parse_object
 from notification_controller.core.metadata import _combine_with_sources, combine_metadata
-from notification_controller.dispatch.dispatcher import Dispatcher
+from notification_controller.dispatch.builder import build
 from notification_controller.lib.gojson import GoStruct, _dumps_stdlib, _sort_maps, dumps
 from notification_controller.metrics import EventMetrics
 from notification_controller.outbound import OutboundHTTP, OutboundRequest, RetryPolicy
@@ -172,7 +172,7 @@ async def test_metric_children_resolved_once_per_type_and_counts_exact() -> None
     store = ObjectStore()
     http = OutboundHTTP(RetryPolicy(max_attempts=1))
     await http.start()
-    dispatcher = Dispatcher(store, MemoryCluster(), http, LogSink(), metrics)
+    dispatcher = build(store, MemoryCluster(), http, LogSink(), metrics).dispatcher
     try:
         async with CaptureServer() as server:
             for doc in [*_objects(server.url, "generic", "g"), *_objects(server.url, "generic-hmac", "h")]:
@@ -190,7 +190,7 @@ async def test_metric_children_resolved_once_per_type_and_counts_exact() -> None
                 )
             )
             for n in range(5):
-                assert dispatcher.submit(_event(n)) == 2
+                assert dispatcher.admit(_event(n)) == 2
                 assert await dispatcher.wait_idle(20)
             assert len(await server.wait_for(10)) == 10
     finally:

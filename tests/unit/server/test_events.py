@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable
 
 from prometheus_client import CollectorRegistry
 
 from notification_controller.api.event import Event
 from notification_controller.core.ratelimit import FixedWindowLimiter
-from notification_controller.dispatch.dispatcher import Dispatcher
 from notification_controller.dispatch.duplicates import SharedDuplicateWindow
 from notification_controller.lib.clock import SystemClock
 from notification_controller.metrics import EventMetrics
@@ -27,18 +27,20 @@ from notification_controller.server.http1 import Request, Response
 from notification_controller.state.memory import MemoryStore
 from notification_controller.store.base import ObjectStore
 from tests.adversarial.kit import event_body
-from tests.support.memory_cluster import MemoryCluster
-from tests.support.sinks import LogSink
 
 
-class GatedDispatcher(Dispatcher):
-    """``admit`` waits for ``gate`` (a store write in flight), then counts the event as stored."""
+class GatedDispatcher:
+    """A durable store's ``admit``: waits for ``gate`` (a store write in flight), then counts the event as
+    stored."""
 
-    gate: asyncio.Event
-    entered: asyncio.Event
-    stored: int = 0
+    def __init__(self) -> None:
+        self.gate, self.entered = asyncio.Event(), asyncio.Event()
+        self.stored = 0
 
-    async def admit(self, event: Event) -> int:
+    def admit(self, event: Event) -> Awaitable[int]:
+        return self._store()
+
+    async def _store(self) -> int:
         self.entered.set()
         await self.gate.wait()
         self.stored += 1
@@ -51,8 +53,7 @@ async def _endpoint() -> tuple[EventEndpoint, GatedDispatcher, OutboundHTTP]:
     store.mark_synced()
     metrics = EventMetrics(CollectorRegistry())
     http = OutboundHTTP()
-    dispatcher = GatedDispatcher(store, MemoryCluster(), http, LogSink(), metrics)
-    dispatcher.gate, dispatcher.entered = asyncio.Event(), asyncio.Event()
+    dispatcher = GatedDispatcher()
     window = SharedDuplicateWindow(MemoryStore(clock=clock), 300.0, clock)
     endpoint = EventEndpoint(
         dispatcher, FixedWindowLimiter(300.0, clock), metrics, ready=lambda: True, shared_window=window

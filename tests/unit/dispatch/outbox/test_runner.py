@@ -1,4 +1,4 @@
-"""The outbox runner (dispatch/durable.py) on real stores: retries, breaker, dead letters, lease expiry.
+"""The outbox runner (dispatch/outbox/runner.py) on real stores: retries, breaker, dead letters, lease expiry.
 
 Policies are pure and tested with a manual clock; the runner runs against the real ``memory`` and
 ``sqlite`` stores (a real file in a temp dir) with short delays.
@@ -13,17 +13,15 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from notification_controller.dispatch.durable import (
-    DELIVERED,
+
+from notification_controller.dispatch.model import DELIVERED, DeliveryOutcome, Result
+from notification_controller.dispatch.outbox import (
     BreakerState,
     CircuitBreaker,
     DurableSettings,
     OutboxRunner,
-    Outcome,
     RedeliveryPolicy,
-    Result,
 )
-
 from notification_controller.lib.clock import ManualClock
 from notification_controller.state import NewItem, Store, open_store
 from notification_controller.state.base import Lease
@@ -109,7 +107,7 @@ async def test_flaky_provider_every_item_delivered_after_retries(store: Store) -
         tries[lease.id] += 1
         assert lease.attempts == tries[lease.id]  # the store counts attempts across NAKs
         if tries[lease.id] < 3:
-            return Result(Outcome.RETRY, "503 Service Unavailable")
+            return Result(DeliveryOutcome.RETRY, "503 Service Unavailable")
         delivered.append(lease.id)
         return DELIVERED
 
@@ -129,8 +127,8 @@ async def test_permanent_failure_and_max_age_become_dead_letters(store: Store) -
 
     async def deliver(lease: Lease) -> Result:
         if lease.id == "n0":
-            return Result(Outcome.PERMANENT, "400 Bad Request: invalid channel")
-        return Result(Outcome.RETRY, "connection refused")
+            return Result(DeliveryOutcome.PERMANENT, "400 Bad Request: invalid channel")
+        return Result(DeliveryOutcome.RETRY, "connection refused")
 
     await store.append(_items(2, lanes=1))
     settings = DurableSettings(
@@ -162,7 +160,7 @@ async def test_breaker_pauses_a_failing_lane_and_a_probe_resumes_it(store: Store
 
     async def deliver(lease: Lease) -> Result:
         calls.append(loop.time())
-        return DELIVERED if healthy.is_set() else Result(Outcome.RETRY, "502 Bad Gateway")
+        return DELIVERED if healthy.is_set() else Result(DeliveryOutcome.RETRY, "502 Bad Gateway")
 
     await store.append(_items(20, lanes=1))
     settings = DurableSettings(

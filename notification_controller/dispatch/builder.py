@@ -1,0 +1,166 @@
+"""The pipeline builder: every stage list is written out here, whole, before anything that runs it is
+built (Alertmanager's ``PipelineBuilder``). Nothing is appended or assigned afterwards.
+
+::
+
+    pre-queue  Flux's rules (rules.py) → noise control: filter → threshold → state change → repeat → group
+    pre-send   [durable: noise filter at send, commit status at send] → hooks → templates → thread
+    post-send  thread started
+
+Adding a stage is one module with a function (or a class with ``name`` and ``__call__``) and one line in
+one of the three lists below (CONTRIBUTING.md, "Adding a pipeline stage"). The builder also wires the
+two halves: the ``Deliverer`` first, then the queue that calls it (the memory lanes, or the durable
+outbox with ``--store=sqlite:…|nats://…``), then the ``Dispatcher`` that fills the queue. Each component
+reads its section of ``Settings`` here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ..core.redact import Redactor
+from ..lib.clock import Clock, SystemClock
+from ..metrics import EventMetrics, NoiseMetrics
+from ..outbound import OutboundHTTP
+from ..outbound.identity import WorkloadIdentity
+from ..outbound.tokens import TokenCache
+from ..sandbox import SandboxPool
+from ..settings import Settings
+from ..state.base import Store
+from ..state.instrumented import InstrumentedStore
+from ..store.base import Cluster, ObjectStore
+from .deliverer import Deliverer
+from .dispatcher import Dispatcher
+from .filtering import FilterOffload
+from .labels import LabelCache
+from .lanes import LaneSettings, MemoryLanes
+from .matcher import Matcher
+from .model import Delivery, Draft, EventSink, Queue
+from .noise import NoiseControl
+from .notifiers import NotifierCache
+from .outbox import DurableOutbox, DurableSettings, RedeliveryPolicy
+from .report import Reporter
+from .rules import CommitStatusAtSend, flux_rules
+from .stage import StageLike
+from .templates import TemplateStage
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    dispatcher: Dispatcher
+    deliverer: Deliverer
+    report: Reporter
+    noise: NoiseControl | None
+    outbox: DurableOutbox | None
+
+
+def build(
+    store: ObjectStore,
+    cluster: Cluster,
+    http: OutboundHTTP,
+    sink: EventSink,
+    metrics: EventMetrics,
+    settings: Settings | None = None,
+    *,
+    clock: Clock | None = None,
+    redactor: Redactor | None = None,
+    tokens: TokenCache | None = None,
+    labels: LabelCache | None = None,
+    sandbox: SandboxPool | None = None,
+    hooks: Sequence[StageLike[Delivery]] = (),
+    template_errors: Callable[[str], None] | None = None,
+    noise: tuple[Store, NoiseMetrics] | None = None,
+    durable: InstrumentedStore | None = None,
+    on_paused: Callable[[str], None] | None = None,
+    pre_queue: Sequence[StageLike[Draft]] = (),
+    pre_send: Sequence[StageLike[Delivery]] = (),
+    post_send: Sequence[StageLike[Delivery]] = (),
+) -> Pipeline:
+    """``template_errors``: the templates stage runs (its error counter); ``noise``: noise control runs
+    over this state store; ``durable``: the outbox replaces the memory lanes. ``pre_queue``,
+    ``pre_send``, ``post_send``: extra stages after the others (tests)."""
+    s = settings or Settings()
+    events, kube = s.events, s.kube
+    clock = clock or SystemClock()
+    report = Reporter(sink, metrics, redactor or Redactor())
+    notifiers = NotifierCache(store)
+    object_level = s.gate("ObjectLevelWorkloadIdentity")
+    control = None
+    if noise is not None:
+        state, noise_metrics = noise
+        control = NoiseControl(
+            state, store, clock, s.noise, warn=report.warn, metrics=noise_metrics, sandbox=sandbox
+        )
+    rules = flux_rules(
+        store,
+        notifiers,
+        report.warn,
+        no_cross_namespace_refs=events.no_cross_namespace_refs,
+        object_level_workload_identity=object_level,
+        sandbox=sandbox,  # commitStatusExpr beyond the inline-safe subset (issue 23)
+        deferred=durable is not None,  # durable: at send time (CommitStatusAtSend)
+    )
+    # ---- the three stage lists --------------------------------------------------------------------------
+    queue_stages: list[StageLike[Draft]] = [
+        *rules,
+        *(control.pre_queue() if control else ()),
+        *pre_queue,
+    ]
+    send_stages: list[StageLike[Delivery]] = [
+        *(control.at_send() if control and durable and sandbox else ()),  # the POST never waits on CEL
+        *((CommitStatusAtSend(sandbox),) if durable and sandbox else ()),
+        *hooks,  # before the templates: a hook's changes reach the template (docs/templates.md)
+        *((TemplateStage(template_errors, report.warn, sandbox),) if template_errors else ()),
+        *(control.pre_send() if control else ()),
+        *pre_send,
+    ]
+    after_stages: list[StageLike[Delivery]] = [
+        *(control.post_send() if control else ()),
+        *post_send,
+    ]
+    # ---- the components that run them ----------------------------------------------------------------
+    identity = WorkloadIdentity(  # cloud workload identity: ServiceAccount tokens, metadata caches
+        cluster,
+        object_level=object_level,
+        default_service_account=kube.default_service_account,
+        custom_endpoints=kube.workload_identity_custom_endpoints,
+    )
+    deliverer = Deliverer(
+        store, notifiers, report, http, identity, tokens, pre_send=send_stages, post_send=after_stages
+    )
+    outbox = None
+    queue: Queue
+    if durable is not None:
+        store_settings = s.store
+        queue = outbox = DurableOutbox(
+            durable,
+            deliverer.deliver,
+            store,
+            report,
+            durable.metrics,
+            DurableSettings(
+                max_age=store_settings.delivery_max_age,
+                concurrency=events.provider_concurrency,
+                retry=RedeliveryPolicy(base=store_settings.retry_base, cap=store_settings.retry_cap),
+                breaker_threshold=store_settings.breaker_threshold,
+                breaker_cooldown=store_settings.breaker_cooldown,
+            ),
+            clock=clock,
+            on_paused=on_paused,
+        )
+    else:
+        queue = MemoryLanes(
+            LaneSettings(max_pending=events.max_pending, concurrency=events.provider_concurrency),
+            report,
+            deliverer.send,
+        )
+    matcher = Matcher(
+        store,
+        labels if labels is not None else LabelCache(cluster, metrics),  # for matchLabels
+        FilterOffload(),  # heavy message filters run off the loop (filtering.py)
+        report,
+        metrics,
+    )
+    dispatcher = Dispatcher(matcher, queue_stages, queue, report)
+    return Pipeline(dispatcher, deliverer, report, control, outbox)

@@ -1,0 +1,160 @@
+"""The second half of the pipeline: one queued notification → resolve, pre-send stages, send, post-send
+stages, report.
+
+A notification is resolved at send time against the *current* Alert and Provider (they may have changed
+since it was queued; deleted or suspended ones stop it) and the Provider's cached notifier
+(``notifiers.py``). ``deliver`` makes one attempt and says what it came to (``Result``): the memory lanes
+stop there (Flux: at most once), the durable outbox retries or dead-letters from it. It never raises
+except ``CancelledError``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Sequence
+
+from ..api.alert import Alert
+from ..errors import ControllerError, DeliveryError, PermanentDeliveryError, RetryableDeliveryError
+from ..outbound import IDEMPOTENCY_KEY, OutboundHTTP
+from ..outbound.identity import WorkloadIdentity
+from ..outbound.tokens import TokenCache
+from ..providers.base import DeliveryContext
+from ..store.base import ObjectStore
+from .model import DELIVERED, GONE, Delivery, DeliveryOutcome, Drop, DropReason, Notification, Result
+from .notifiers import NotifierCache
+from .report import Reporter
+from .stage import Runner, StageLike, name_of
+
+log = logging.getLogger(__name__)
+
+MAX_CACHED_CONTEXTS = 4096
+
+
+class Deliverer:
+    def __init__(
+        self,
+        store: ObjectStore,
+        notifiers: NotifierCache,
+        report: Reporter,
+        http: OutboundHTTP,
+        identity: WorkloadIdentity,
+        tokens: TokenCache | None,
+        *,
+        pre_send: Sequence[StageLike[Delivery]] = (),
+        post_send: Sequence[StageLike[Delivery]] = (),
+    ) -> None:
+        self.store = store
+        self.notifiers = notifiers
+        self.report = report
+        self.http = http
+        self.identity = identity
+        self.tokens = tokens
+        self.pre_send = Runner(pre_send, Delivery, self._dropped, self._failed)
+        self.post_send = Runner(post_send, Delivery, lambda delivery, drop: None, self._after_failed)
+        self._contexts: dict[tuple[str, str], DeliveryContext] = {}  # per Alert: ``_context``
+
+    def _dropped(self, delivery: Delivery, drop: Drop) -> None:
+        self.report.drop(drop, delivery.provider_type, delivery.alert)
+
+    def _failed(self, delivery: Delivery, stage: StageLike[Delivery], exc: Exception) -> None:
+        log.error(
+            "pipeline stage %s failed; dropping notification",
+            name_of(stage),
+            exc_info=(type(exc), exc, exc.__traceback__),
+        )
+        self.report.dropped(DropReason.STAGE_ERROR, delivery.provider_type)
+
+    @staticmethod
+    def _after_failed(delivery: Delivery, stage: StageLike[Delivery], exc: Exception) -> None:
+        log.error("post-send stage %s failed: %s", name_of(stage), type(exc).__name__)  # delivered already
+
+    async def send(self, notification: Notification, queued_at: float) -> None:
+        """The memory lanes' delivery: one attempt (Flux), its outcome counted."""
+        try:
+            await self.deliver(notification)
+        finally:
+            self.report.of(notification.provider_type).duration.observe(time.monotonic() - queued_at)
+
+    def resolve(self, n: Notification) -> Delivery | Drop:
+        """The notification against the current Alert and Provider."""
+        alert = self.store.alert(n.alert.namespace, n.alert.name)
+        provider = self.store.provider(n.provider.namespace, n.provider.name)
+        if alert is None or provider is None:
+            gone = f"alert {n.alert.key}" if alert is None else f"provider {n.provider.key}"
+            return Drop(
+                DropReason.GONE,
+                f"notification for {n.event.involved_object.describe()} not sent: {gone} was deleted",
+            )
+        if provider.spec.suspend:
+            return Drop(DropReason.SUSPENDED)
+        try:
+            options, notifier = self.notifiers.get(provider)
+        except ControllerError as exc:
+            message = f"failed to dispatch notification for {n.event.involved_object.describe()}: {exc}"
+            self.report.warn(alert, "NotificationDispatchFailed", message)
+            return Drop(DropReason.CONFIG)
+        return Delivery(n, n.event, alert, provider, options, notifier, message=n.message)
+
+    async def deliver(self, notification: Notification, *, idempotency_key: str = "") -> Result:
+        """Resolve, run the pre-send stages and send once; count and report the outcome.
+        ``idempotency_key``: sent as ``Idempotency-Key`` by HTTP providers."""
+        ptype = notification.provider_type
+        resolved = self.resolve(notification)
+        if isinstance(resolved, Drop):
+            self.report.drop(resolved, ptype)
+            return GONE
+        delivery = await self.pre_send.finish(resolved) if self.pre_send.stages else resolved
+        if delivery is None:
+            return GONE
+        ctx = self._context(delivery.alert, delivery.notification.commit_status)  # a stage may set it
+        if delivery.message is not None or delivery.thread is not None or delivery.body is not None:
+            ctx = dataclasses.replace(
+                ctx,
+                message=delivery.message,
+                thread=delivery.thread,
+                body=delivery.body,
+                templated=delivery.templated,
+            )
+        try:
+            if idempotency_key:
+                token = IDEMPOTENCY_KEY.set(idempotency_key)
+                try:
+                    await delivery.notifier.post(delivery.event, ctx)
+                finally:
+                    IDEMPOTENCY_KEY.reset(token)
+            else:
+                await delivery.notifier.post(delivery.event, ctx)
+        except DeliveryError as exc:
+            error = self.report.failed(
+                notification, delivery.alert, str(exc), exc.reason, delivery.options.masks()
+            )
+            if isinstance(exc, PermanentDeliveryError):
+                return Result(DeliveryOutcome.PERMANENT, error)
+            retry_after = exc.retry_after if isinstance(exc, RetryableDeliveryError) else None
+            return Result(DeliveryOutcome.RETRY, error, retry_after)
+        except Exception as exc:  # a notifier bug must not kill the lane
+            error = self.report.failed(
+                notification, delivery.alert, f"internal error: {type(exc).__name__}", "internal"
+            )
+            log.error(
+                "notifier %s raised %s", ptype, type(exc).__name__, exc_info=log.isEnabledFor(logging.DEBUG)
+            )
+            return Result(DeliveryOutcome.RETRY, error)
+        self.report.of(ptype).delivered.inc()
+        if self.post_send.stages:
+            await self.post_send.finish(delivery)  # delivered already: the outcome stands
+        return DELIVERED
+
+    def _context(self, alert: Alert, commit_status: str) -> DeliveryContext:
+        """One immutable context per Alert version, not one per delivery (a commit status gets a copy)."""
+        key = (alert.metadata.namespace, alert.metadata.name)
+        ctx = self._contexts.get(key)
+        if ctx is None or ctx.alert is not alert:
+            if len(self._contexts) >= MAX_CACHED_CONTEXTS:  # deleted Alerts must not accumulate
+                self._contexts.clear()
+            ctx = self._contexts[key] = DeliveryContext(
+                http=self.http, alert=alert, tokens=self.tokens, identity=self.identity
+            )
+        return dataclasses.replace(ctx, commit_status=commit_status) if commit_status else ctx

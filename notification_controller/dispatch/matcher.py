@@ -1,0 +1,167 @@
+"""Which Alerts an event matches: event sources, severity, inclusion/exclusion, label selectors.
+
+``match(event)`` answers with the Alerts matched now and, when the rest needs work off the loop, an
+awaitable of the Alerts matched later: message filters too heavy for the loop run on the filter thread
+(``filtering.py``), and label selectors need the involved object's labels (cached, budgeted:
+``labels.py``). ``match_inline`` is the synchronous fast path (no heavy filter): a Flux Alert over a
+short message never leaves it.
+
+Every Alert dropped here is counted (``notification_dropped_total{reason}``); an event no Alert wants is
+counted in ``events_unmatched``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Awaitable
+
+from ..api.event import Event
+from ..core.matching import CompiledAlert, SourceMatch, encode_message
+from ..metrics import EventMetrics
+from ..store.base import ObjectStore
+from .filtering import FilterOffload
+from .labels import LabelCache, LookupResult
+from .model import DropReason
+from .report import Reporter
+
+log = logging.getLogger(__name__)
+
+Candidates = list[tuple[CompiledAlert, SourceMatch]]
+Matched = tuple[list[CompiledAlert], Awaitable[list[CompiledAlert]] | None]
+"""The Alerts matched now, and an awaitable of those matched later (None: nothing later)."""
+
+
+class Matcher:
+    def __init__(
+        self,
+        store: ObjectStore,
+        labels: LabelCache,
+        filters: FilterOffload,
+        report: Reporter,
+        metrics: EventMetrics,
+    ) -> None:
+        self.store = store
+        self.labels = labels
+        self.filters = filters
+        self.report = report
+        self.metrics = metrics
+
+    def match(self, event: Event) -> Matched:
+        candidates = self._candidates(event)
+        message = event.message
+        size = len(message) if message.isascii() else 4 * len(message)  # UTF-8 bytes, at most
+        cost = sum(compiled.filter_cost(size) for compiled, _ in candidates)
+        if self.filters.inline(cost):  # cost 0: no valid expression anywhere, the text is not looked at
+            return self.match_inline(event, candidates, message if cost else "")
+        if self._refuse_filters(event, candidates, size):
+            return [], None
+        return [], self._match_offloaded(event, candidates, size)
+
+    def match_inline(self, event: Event, candidates: Candidates, message: str) -> Matched:
+        """The fast path: filters on the loop; label selectors (if any) later."""
+        text = encode_message(message)
+        allowed = [compiled.message_allowed(text) for compiled, _ in candidates]
+        matched, need_labels = self._split(event, candidates, allowed)
+        return matched, self._match_labels(event, need_labels) if need_labels else None
+
+    async def _match_offloaded(self, event: Event, candidates: Candidates, size: int) -> list[CompiledAlert]:
+        text = encode_message(event.message)  # once; the worker runs one Alert's lists at a time
+        checks = [functools.partial(compiled.message_allowed, text) for compiled, _ in candidates]
+        try:
+            allowed = await self.filters.run(checks, size)
+        except asyncio.CancelledError:  # shutdown: these notifications will not be made; say so
+            self._drop_all(candidates, DropReason.SHUTDOWN)
+            raise
+        except Exception as exc:
+            log.error(
+                "message filters failed for %s: %s", event.involved_object.describe(), type(exc).__name__
+            )
+            self._drop_all(candidates, DropReason.INTERNAL)
+            return []
+        matched, need_labels = self._split(event, candidates, allowed)
+        if need_labels:
+            matched += await self._match_labels(event, need_labels)
+        return matched
+
+    def _candidates(self, event: Event) -> Candidates:
+        obj = event.involved_object
+        candidates: Candidates = []
+        for compiled in self.store.alerts_for(obj.namespace, obj.kind, obj.name):
+            if compiled.alert.spec.suspend:
+                continue
+            result = compiled.match_sources(event)
+            if result is SourceMatch.NO:
+                continue
+            if compiled.refused is not None:  # over its bounds: Ready=False says why; count, deliver nothing
+                self._drop_for(compiled, DropReason.CONFIG)
+                log.debug("alert %s/%s refused: %s", compiled.namespace, compiled.name, compiled.refused)
+                continue
+            for expr in compiled.invalid_inclusion:
+                self.report.warn(
+                    compiled.alert, "InvalidConfig", f"failed to compile inclusion regex: {expr}"
+                )
+            for expr in compiled.invalid_exclusion:
+                self.report.warn(
+                    compiled.alert, "InvalidConfig", f"failed to compile exclusion regex: {expr}"
+                )
+            candidates.append((compiled, result))
+        return candidates
+
+    def _refuse_filters(self, event: Event, candidates: Candidates, size: int) -> bool:
+        if self.filters.admit(size):
+            return False
+        self._drop_all(candidates, DropReason.OVERLOAD)
+        log.warning(
+            "dropping event for %s: %d events wait for their message filters (heavy inclusion/exclusion lists)",
+            event.involved_object.describe(),
+            self.filters.backlog,
+        )
+        return True
+
+    def _split(
+        self, event: Event, candidates: Candidates, allowed: list[bool]
+    ) -> tuple[list[CompiledAlert], list[CompiledAlert]]:
+        matched: list[CompiledAlert] = []
+        need_labels: list[CompiledAlert] = []
+        for (compiled, result), ok in zip(candidates, allowed, strict=True):
+            if ok:
+                (matched if result is SourceMatch.YES else need_labels).append(compiled)
+        if not matched and not need_labels:
+            self.metrics.events_unmatched.inc()
+            log.debug(
+                "discarding event, no alerts found for the involved object %s",
+                event.involved_object.describe(),
+            )
+        return matched, need_labels
+
+    async def _match_labels(self, event: Event, candidates: list[CompiledAlert]) -> list[CompiledAlert]:
+        """The label-selected candidates whose selector matches the involved object's labels. When the
+        labels cannot be read, each candidate is counted as dropped (``label_lookup*``)."""
+        obj = event.involved_object
+        lookup = await self.labels.lookup(obj.api_version, obj.kind, obj.namespace, obj.name)
+        if lookup.labels is None:
+            for compiled in candidates:
+                self._drop_for(compiled, lookup.drop_reason)
+                if lookup.result is not LookupResult.REJECTED:  # Flux's Warning; never echo a bad reference
+                    self.report.warn(
+                        compiled.alert, "SourceFetchFailed", f"error getting source object {obj.describe()}"
+                    )
+            return []
+        matched = [compiled for compiled in candidates if compiled.match_labels(event, lookup.labels)]
+        if not matched:
+            self.metrics.events_unmatched.inc()
+        return matched
+
+    def _drop_all(self, candidates: Candidates, reason: DropReason) -> None:
+        for compiled, _ in candidates:
+            self._drop_for(compiled, reason)
+
+    def _drop_for(self, compiled: CompiledAlert, reason: DropReason | str) -> None:
+        provider = self.store.provider(compiled.namespace, compiled.alert.spec.provider_ref.name)
+        self.report.dropped(reason, str(provider.spec.type) if provider is not None else "")
+
+    async def close(self) -> None:
+        self.filters.close()  # the filter thread stops after the expression list it is on (filtering.py)
+        await self.labels.close()
