@@ -32,7 +32,6 @@ from .core.ratelimit import FixedWindowLimiter
 from .core.redact import Redactor
 from .dispatch.builder import build as build_pipeline
 from .dispatch.duplicates import SharedDuplicateWindow
-from .dispatch.labels import LabelCache, LabelCacheSettings
 from .errors import ConfigError, KubeError, StoreError
 from .hooks import Hooks, load_hooks_config
 from .lib.clock import SystemClock
@@ -169,7 +168,6 @@ class App:
                 if s.tokens.max_size > 0
                 else None  # --token-cache-max-size=0: mint a token for every delivery, as Flux
             ),
-            labels=LabelCache(self.cluster, self.metrics, LabelCacheSettings.of(s.events), clock=self.clock),
             sandbox=self.sandbox,
             hooks=[self.hooks.pre_dispatch],
             template_errors=lambda which: template_errors.labels(template=which).inc(),

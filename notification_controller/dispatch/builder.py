@@ -157,7 +157,7 @@ def build(
         )
     matcher = Matcher(
         store,
-        labels if labels is not None else LabelCache(cluster, metrics),  # for matchLabels
+        labels if labels is not None else LabelCache(cluster, metrics, events, clock=clock),  # matchLabels
         FilterOffload(),  # heavy message filters run off the loop (filtering.py)
         report,
         metrics,

@@ -51,19 +51,12 @@ ObjectKey = tuple[str, str, str, str]  # apiVersion, kind, namespace, name
 
 
 @dataclass(frozen=True)
-class LabelCacheSettings:
-    ttl: float = EventSettings.label_cache_ttl  # 0 = no caching (single flight and budget still apply)
+class LabelCacheLimits:
+    """The bounds that are not flags (the flags are read from ``EventSettings``: ``--label-cache-*``)."""
+
     negative_ttl: float = 5.0  # seconds a 404 is remembered
-    max_entries: int = EventSettings.label_cache_size  # objects kept (LRU)
-    concurrency: int = EventSettings.label_lookup_concurrency  # GETs in flight at once
     max_waiting: int = 512  # distinct objects queued for a GET; beyond: overload
     timeout: float = 10.0  # seconds for one lookup, queue included
-
-    @classmethod
-    def of(cls, s: EventSettings) -> LabelCacheSettings:
-        return cls(
-            ttl=s.label_cache_ttl, max_entries=s.label_cache_size, concurrency=s.label_lookup_concurrency
-        )
 
 
 class LookupResult(StrEnum):
@@ -137,17 +130,21 @@ class LabelCache:
         self,
         cluster: Cluster,
         metrics: EventMetrics,
-        settings: LabelCacheSettings | None = None,
+        events: EventSettings | None = None,
         *,
+        limits: LabelCacheLimits | None = None,
         clock: Clock | None = None,
     ) -> None:
         self.cluster = cluster
         self.metrics = metrics
-        self.settings = settings or LabelCacheSettings()
+        events = events or EventSettings()
+        self.ttl = events.label_cache_ttl  # 0 = no caching (single flight and budget still apply)
+        self.max_entries = events.label_cache_size  # objects kept (LRU)
+        self.limits = limits or LabelCacheLimits()
         self.clock = clock or SystemClock()
         self._entries: OrderedDict[ObjectKey, _Entry] = OrderedDict()
         self._inflight: dict[ObjectKey, asyncio.Task[Lookup]] = {}
-        self._slots = asyncio.Semaphore(max(1, self.settings.concurrency))
+        self._slots = asyncio.Semaphore(max(1, events.label_lookup_concurrency))  # GETs in flight at once
         self._waiting = 0  # fetches created and not yet holding a slot
         self._logged: dict[LookupResult, tuple[float | None, int]] = {}  # last report, failures since
 
@@ -172,7 +169,7 @@ class LabelCache:
         task = self._inflight.get(key)
         shared = task is not None
         if task is None:
-            if self._waiting >= self.settings.max_waiting:
+            if self._waiting >= self.limits.max_waiting:
                 return self._done(
                     Lookup(LookupResult.OVERLOAD, error=f"{self._waiting} objects waiting for a lookup")
                 )
@@ -199,12 +196,12 @@ class LabelCache:
         return Lookup(LookupResult.HIT, entry.labels)
 
     def _remember(self, key: ObjectKey, labels: dict[str, str] | None) -> None:
-        ttl = self.settings.ttl if labels is not None else self.settings.negative_ttl
-        if ttl <= 0 or self.settings.max_entries <= 0:
+        ttl = self.ttl if labels is not None else self.limits.negative_ttl
+        if ttl <= 0 or self.max_entries <= 0:
             return
         self._entries[key] = _Entry(self.clock.monotonic() + ttl, labels)
         self._entries.move_to_end(key)
-        while len(self._entries) > self.settings.max_entries:
+        while len(self._entries) > self.max_entries:
             self._entries.popitem(last=False)
         self.metrics.label_cache_entries.set(len(self._entries))
 
@@ -212,7 +209,7 @@ class LabelCache:
         """One GET under the budget; the answer fills the cache even if every waiter has gone."""
         queued = True
         try:
-            async with asyncio.timeout(self.settings.timeout):
+            async with asyncio.timeout(self.limits.timeout):
                 async with self._slots:
                     queued = False
                     self._waiting -= 1
@@ -220,7 +217,7 @@ class LabelCache:
         except TimeoutError:
             self.metrics.label_fetches.labels(outcome="timeout").inc()
             where = "waiting for a lookup slot" if queued else "waiting for the API server"
-            return Lookup(LookupResult.TIMEOUT, error=f"timed out after {self.settings.timeout:g}s {where}")
+            return Lookup(LookupResult.TIMEOUT, error=f"timed out after {self.limits.timeout:g}s {where}")
         except KubeError as exc:
             if exc.not_found:
                 self.metrics.label_fetches.labels(outcome="not_found").inc()

@@ -17,7 +17,7 @@ import aiohttp
 import pytest
 from prometheus_client import CollectorRegistry
 
-from notification_controller.dispatch.labels import LabelCache, LabelCacheSettings, LookupResult
+from notification_controller.dispatch.labels import LabelCache, LabelCacheLimits, LookupResult
 from notification_controller.metrics import EventMetrics
 from notification_controller.settings import EventSettings
 from notification_controller.store.base import ObjectStore
@@ -167,7 +167,7 @@ async def test_a_burst_for_many_objects_is_bounded_and_overflow_is_counted(
 ) -> None:
     """Distinct objects defeat the cache: GETs in flight stay at the budget, the overflow is refused and
     counted at once (not queued for minutes), and every notification ends delivered or counted."""
-    waiting = LabelCacheSettings().max_waiting
+    waiting = LabelCacheLimits().max_waiting
     events = EventSettings(label_lookup_concurrency=2)
     async with CaptureServer() as sink, running_app(manifests(tmp_path, sink.url), events=events) as app:
         port = CountingPort(local_cluster(app), monkeypatch)
@@ -209,7 +209,7 @@ async def test_a_hanging_api_times_out_and_is_counted(monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(cluster, "get_metadata", hang)
     metrics = EventMetrics(CollectorRegistry())
-    cache = LabelCache(cluster, metrics, LabelCacheSettings(timeout=0.05))
+    cache = LabelCache(cluster, metrics, limits=LabelCacheLimits(timeout=0.05))
     lookups = [cache.lookup(KS_API, "Kustomization", "apps", "web") for _ in range(20)]
     results = await asyncio.gather(*lookups)
     assert {r.result for r in results} == {LookupResult.TIMEOUT}
