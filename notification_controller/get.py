@@ -21,6 +21,7 @@ import sys
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, TextIO
 
 from .lib.output import add_output_flag, dump, escape_cell, table
@@ -34,12 +35,10 @@ KINDS = {
     "receivers": "Receiver",
     "receiver": "Receiver",
 }
-PLURALS = {"Alert": "alerts", "Provider": "providers", "Receiver": "receivers"}
 DEFAULT_NAMESPACE = "flux-system"
 DEFAULT_ADDR = "127.0.0.1:9440"
 """The controller's ``--health-addr`` as ``make run`` binds it (``:9440`` in a pod)."""
 TIMEOUT = 10.0
-GROUP, VERSION = "notification.toolkit.fluxcd.io", "v1beta3"
 
 
 class SourceError(Exception):
@@ -83,16 +82,18 @@ def from_controller(addr: str, kind: str) -> list[dict[str, Any]]:
 
 async def from_cluster(kubeconfig: str, kind: str, namespace: str | None) -> list[dict[str, Any]]:
     from .errors import ControllerError
-    from .kube.client import KubeClient, api_path
+    from .kube.client import KubeClient
+    from .kube.informer import ALERTS, PROVIDERS, RECEIVERS  # the versions the controller watches
 
+    resource = {"Alert": ALERTS, "Provider": PROVIDERS, "Receiver": RECEIVERS}[kind]
     try:
         client = await KubeClient.connect(kubeconfig)
     except (ControllerError, OSError, ValueError) as exc:
         raise SourceError(f"cannot use {kubeconfig}: {exc}") from None
     try:
-        items, _ = await client.list(api_path(GROUP, VERSION, PLURALS[kind], namespace))
+        items, _ = await client.list(resource.path(namespace))
     except (ControllerError, OSError) as exc:
-        raise SourceError(f"cannot list {PLURALS[kind]}: {exc}") from None
+        raise SourceError(f"cannot list {resource.plural}: {exc}") from None
     finally:
         await client.close()
     return [summarise({**raw, "kind": kind}) for raw in items]
@@ -127,6 +128,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     namespace = None if args.all_namespaces else args.namespace
     try:
         if args.kubeconfig:
+            if not Path(args.kubeconfig).is_file():
+                raise SourceError(f"{args.kubeconfig}: no such kubeconfig file")
             rows = asyncio.run(from_cluster(args.kubeconfig, kind, namespace))
         else:
             rows = from_controller(args.addr, kind)

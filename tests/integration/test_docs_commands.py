@@ -16,6 +16,7 @@ neither list runs. Both lists are checked: an entry that no longer matches any c
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -209,14 +210,15 @@ class Terminals:
         raise AssertionError(f"{command!r} never answered {server.url}: {log.read_text()[-2000:]}")
 
     def stop_all(self) -> None:
-        for proc in self.running.values():
-            if proc.poll() is None:
+        for proc in self.running.values():  # the whole group: a leader that exited may leave children
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)
         for proc in self.running.values():
             try:
                 proc.wait(20)
             except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(5)
         self.running.clear()
 
