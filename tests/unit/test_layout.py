@@ -70,7 +70,6 @@ THROUGH: dict[str, str] = {
     # the event path: the pipeline's pieces through the dispatcher's tests and the app (test_pipeline.py and
     # test_noise.py move to tests/unit/dispatch/ once THREAT_MODEL.md names them there)
     "dispatch/dispatcher.py": "tests/unit/test_pipeline.py",
-    "dispatch/builder.py": "tests/unit/test_pipeline.py",
     "dispatch/model.py": "tests/unit/test_pipeline.py",
     "dispatch/matcher.py": "tests/integration/test_event_path.py",
     "dispatch/rules.py": "tests/integration/test_event_path.py",
