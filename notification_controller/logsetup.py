@@ -1,23 +1,45 @@
-"""Structured logs (``--log-encoding json|console``) with Flux's levels and a redaction filter.
+"""Structured logs (``--log-encoding json|console``) with Flux's levels, keys and a redaction filter.
 
 Levels: ``trace`` (5), ``debug``, ``info``, ``error``. Every record passes through a ``Redactor`` that
 knows the current Secret values, as the last line of defence behind ``SecretValue`` and masking.
+
+Keys: a line about an object carries the keys a Flux controller's line carries, so ``jq 'select(.name ==
+"x")'`` and log pipelines built for Flux filter ours: controller-runtime's reconciler logger
+(``controller``, ``controllerGroup``, ``controllerKind``, ``<Kind>: {name, namespace}``, ``namespace``,
+``name``, ``reconcileID``; pkg/internal/controller and pkg/builder of controller-runtime), Flux's event
+recorder's ``reconciler kind`` (fluxcd/pkg runtime/events), and ``kind``. ``object_fields`` builds them;
+``log_context`` puts them on every line logged inside a reconcile (a context variable, as controller-runtime
+puts them on the reconcile's ``ctx`` logger), so a line need not repeat them and none is missed.
+
+Local mode writes Kubernetes Events to the log (the only place to see them). A line the controller already
+logged about the same thing (a failed delivery, a drop, a dead letter) is not repeated by its Event:
+``event_already_logged`` marks the emitting task, and the local cluster then logs the Event at debug.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import logging
 import os
 import sys
 import threading
+import uuid
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
-from typing import TextIO
+from typing import Any, TextIO
 
 from .core.redact import Redactor, redact_urls_in
 
 TRACE = 5
 LEVELS = {"trace": TRACE, "debug": logging.DEBUG, "info": logging.INFO, "error": logging.ERROR}
+GROUP = "notification.toolkit.fluxcd.io"
+
+_CONTEXT: contextvars.ContextVar[Mapping[str, object] | None] = contextvars.ContextVar(
+    "log_context", default=None
+)
+_EVENT_LOGGED: contextvars.ContextVar[bool] = contextvars.ContextVar("event_already_logged", default=False)
 
 
 class RedactingFilter(logging.Filter):
@@ -42,12 +64,19 @@ class RedactingFilter(logging.Filter):
             record.exc_text = self.redactor(logging.Formatter().formatException(record.exc_info))
             record.exc_info = None
         extra = record.__dict__.get("fields")
+        context = _CONTEXT.get()
+        if context:  # the keys of the reconcile this line was logged in (explicit keys win)
+            extra = {**context, **extra} if isinstance(extra, dict) else dict(context)
         if isinstance(extra, dict):  # fields(error=...) reaches the JSON line as its own key
-            record.__dict__["fields"] = {
-                key: value if isinstance(value, int | float | bool) else self.redactor(str(value))
-                for key, value in extra.items()
-            }
+            record.__dict__["fields"] = {key: self._redact(value) for key, value in extra.items()}
         return True
+
+    def _redact(self, value: object) -> object:
+        if isinstance(value, int | float | bool):
+            return value
+        if isinstance(value, Mapping):  # controller-runtime's {"name", "namespace"} object reference
+            return {str(k): self.redactor(str(v)) for k, v in value.items()}
+        return self.redactor(str(value))
 
 
 class FluxLevels(logging.Filter):
@@ -68,6 +97,59 @@ def fields(**values: object) -> dict[str, dict[str, object]]:
     return {"fields": {k: v for k, v in values.items() if v not in (None, "")}}
 
 
+def object_fields(kind: str, namespace: str, name: str, **more: object) -> dict[str, object]:
+    """The keys of a Flux controller's log line about one object (see the module docstring); ``more``
+    adds others (``error``, ``provider``...). For ``fields(**object_fields(...))`` or ``log_context``."""
+    keys: dict[str, object] = {
+        "controller": kind.lower(),
+        "controllerGroup": GROUP,
+        "controllerKind": kind,
+        kind: {"name": name, "namespace": namespace},
+        "namespace": namespace,
+        "name": name,
+        "kind": kind,
+        "reconciler kind": kind,
+    }
+    keys.update(more)
+    return keys
+
+
+@contextlib.contextmanager
+def log_context(kind: str, namespace: str, name: str) -> Iterator[str]:
+    """Every line logged inside carries ``object_fields`` of the object and a new ``reconcileID`` (a
+    UUID, as controller-runtime gives each reconcile); yields the id."""
+    reconcile_id = str(uuid.uuid4())
+    token = _CONTEXT.set(object_fields(kind, namespace, name, reconcileID=reconcile_id))
+    try:
+        yield reconcile_id
+    finally:
+        _CONTEXT.reset(token)
+
+
+def mark_event_logged() -> None:
+    """The current task's Events repeat a line already logged: the local cluster logs them at debug.
+    Call it in the task that emits them (a context variable: it ends with the task)."""
+    _EVENT_LOGGED.set(True)
+
+
+def event_already_logged() -> bool:
+    return _EVENT_LOGGED.get()
+
+
+class ObjectLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """A logger whose every line carries ``object_fields`` of one object (plus ``extra=fields(...)``)."""
+
+    def __init__(self, logger: logging.Logger, kind: str, namespace: str, name: str, **more: object) -> None:
+        super().__init__(logger, object_fields(kind, namespace, name, **more))
+
+    def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
+        extra = kwargs.get("extra") or {}
+        own = extra.get("fields")
+        base = dict(self.extra or {})
+        kwargs["extra"] = {**extra, "fields": {**base, **(own if isinstance(own, dict) else {})}}
+        return msg, kwargs
+
+
 class JSONFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         payload: dict[str, object] = {
@@ -79,9 +161,10 @@ class JSONFormatter(logging.Formatter):
         extra = record.__dict__.get("fields")
         if isinstance(extra, dict):
             for key, value in extra.items():
-                payload.setdefault(
-                    str(key), value if isinstance(value, str | int | float | bool) else str(value)
+                keep = isinstance(value, str | int | float | bool) or (
+                    isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
                 )
+                payload.setdefault(str(key), value if keep else str(value))
         if record.exc_text:
             payload["error"] = record.exc_text
         return json.dumps(payload, ensure_ascii=False)

@@ -28,7 +28,7 @@ from .kube.cluster import KubeCluster
 from .kube.informer import Informers, InvalidEntry, InvalidKey, watch_namespace
 from .kube.leader import LeaderElector, lease_client_budget
 from .kube.metrics import RestClientMetrics
-from .logsetup import fields
+from .logsetup import fields, object_fields
 from .settings import Settings
 from .store.base import ObjectRef, ObjectStore
 
@@ -168,7 +168,7 @@ class KubeRuntime:
             namespace,
             name,
             error,
-            extra=fields(name=name, namespace=namespace, error=error, **{"reconciler kind": kind}),
+            extra=fields(**object_fields(kind, namespace, name, error=error)),
         )
 
         async def report() -> None:

@@ -40,7 +40,7 @@ from ..core import conditions as cond
 from ..core.redact import Redactor
 from ..errors import KubeError
 from ..lib.clock import Clock
-from ..logsetup import fields
+from ..logsetup import fields, object_fields
 from ..store.base import Change, Cluster, Key, ObjectRef, ObjectStore
 from .events import NORMAL, WARNING, EventRecorder
 
@@ -558,9 +558,4 @@ class Reconciler(abc.ABC, Generic[ObjT]):
     @staticmethod
     def log_fields(obj: Object, error: str = "") -> dict[str, dict[str, object]]:
         """Flux's structured keys for a log line about ``obj`` (``extra=``)."""
-        return fields(
-            name=obj.metadata.name,
-            namespace=obj.metadata.namespace,
-            error=error,
-            **{"reconciler kind": obj.KIND},
-        )
+        return fields(**object_fields(obj.KIND, obj.metadata.namespace, obj.metadata.name, error=error))

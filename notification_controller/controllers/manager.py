@@ -36,7 +36,7 @@ from ..core.redact import Redactor
 from ..errors import ControllerError
 from ..hooks.reconcile import ReconcileHooks
 from ..lib.clock import Clock
-from ..logsetup import fields
+from ..logsetup import fields, log_context, object_fields
 from ..settings import EventSettings, KubeSettings, Settings
 from ..store.base import Change, Cluster, Key, ObjectStore
 from .alert import AlertReconciler
@@ -297,7 +297,8 @@ class ControllerManager:
         self.reconciles[kind] += 1
         self.metrics.runtime.active_workers.labels(controller).inc()
         try:
-            result = await reconciler.reconcile(key)
+            with log_context(kind, key[0], key[1]):  # every line of this reconcile: Flux's keys, reconcileID
+                result = await reconciler.reconcile(key)
             outcome = _outcome(result)
         except asyncio.CancelledError:
             outcome = ""
@@ -317,13 +318,7 @@ class ControllerManager:
                 error,
                 delay,
                 exc_info=not isinstance(exc, ControllerError),
-                extra=fields(
-                    controller=controller,
-                    name=key[1],
-                    namespace=key[0],
-                    error=error,
-                    **{"reconciler kind": kind},
-                ),
+                extra=fields(**object_fields(kind, key[0], key[1], error=error)),
             )
             return None
         finally:

@@ -2,7 +2,9 @@
 
 * one lane per Provider, up to ``concurrency`` workers each; a worker exists only while its lane has work;
 * a global cap on pending notifications (``max_pending``): what it refuses is dropped and counted as
-  ``overload``, never silently;
+  ``overload``, never silently; logged at error at most once per Provider per ``OVERLOAD_LOG_INTERVAL``
+  with the number dropped since the previous line, and once more when nothing is pending any more (a flood
+  of 20,000 refused events was 20,000 lines);
 * ``wait_idle`` waits on an event set when the last pending notification is done (no polling);
 * ``shutdown`` stops accepting, lets in-flight deliveries finish within the grace period, then cancels
   and counts what it abandoned (``shutdown``): every notification put here ends delivered, failed or
@@ -22,6 +24,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from ..logsetup import fields
 from ..settings import EventSettings
 from .model import DropReason, Notification
 from .report import Reporter
@@ -30,6 +33,10 @@ log = logging.getLogger(__name__)
 
 Send = Callable[[Notification, float], Awaitable[None]]
 """Deliver one notification (``queued_at`` monotonic); must not raise except ``CancelledError``."""
+
+
+OVERLOAD_LOG_INTERVAL = 10.0
+"""Seconds between two overload lines of one Provider (the exact count is ``notification_dropped_total``)."""
 
 
 @dataclass(frozen=True)
@@ -60,8 +67,47 @@ class MemoryLanes:
         self._idle.set()
         self._accepting = True
         self._interrupted = 0  # in-flight deliveries cancelled by shutdown
+        # overload lines, per Provider: (monotonic time of the last line, drops not yet reported);
+        # bounded by the number of Providers, like the lanes
+        self._overload: dict[str, tuple[float, int]] = {}
+        self.overload_log_interval = OVERLOAD_LOG_INTERVAL
         # ``notification_pending`` is read from ``_pending`` when scraped, not set twice per notification
         report.metrics.pending.set_function(self._pending_value)
+
+    def _log_overload(self, notification: Notification) -> None:
+        """One error line per Provider per interval, counting the drops since the last one."""
+        key = notification.lane
+        now = time.monotonic()
+        last, unreported = self._overload.get(key, (float("-inf"), 0))
+        unreported += 1
+        if now - last < self.overload_log_interval:
+            self._overload[key] = (last, unreported)
+            return
+        self._overload[key] = (now, 0)
+        log.error(
+            "dropped %d notifications for Provider %s (the latest for %s): %d notifications pending "
+            "(limit %d); next line for this Provider in %gs at the earliest",
+            unreported,
+            key,
+            notification.event.involved_object.describe(),
+            self._pending,
+            self.settings.max_pending,
+            self.overload_log_interval,
+            extra=fields(provider=key, reason=str(DropReason.OVERLOAD), dropped=unreported),
+        )
+
+    def _flush_overload(self) -> None:
+        """The overload is over (nothing pending): report the drops no line has counted yet, and forget
+        every Provider (the map only holds Providers of the current overload)."""
+        for key, (_, unreported) in self._overload.items():
+            if unreported:
+                log.error(
+                    "dropped %d more notifications for Provider %s before the overload ended",
+                    unreported,
+                    key,
+                    extra=fields(provider=key, reason=str(DropReason.OVERLOAD), dropped=unreported),
+                )
+        self._overload.clear()
 
     def _pending_value(self) -> float:
         return self._pending
@@ -87,12 +133,7 @@ class MemoryLanes:
             return False
         if self._pending >= self.settings.max_pending:
             self.report.dropped(DropReason.OVERLOAD, ptype)
-            log.warning(
-                "dropping notification for %s: %d notifications pending (limit %d)",
-                notification.event.involved_object.describe(),
-                self._pending,
-                self.settings.max_pending,
-            )
+            self._log_overload(notification)
             return False
         key = notification.lane
         lane = self._lanes.get(key)
@@ -132,6 +173,8 @@ class MemoryLanes:
                     self._pending -= 1
                     if not self._pending:
                         self._idle.set()
+                        if self._overload:
+                            self._flush_overload()
         finally:
             lane.workers -= 1
             if lane.workers == 0 and not lane.queue and self._lanes.get(key) is lane:

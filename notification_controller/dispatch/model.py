@@ -220,6 +220,7 @@ class Drop:
     warn: bool = False  # emit a Warning Kubernetes Event on the Alert
     provider_type: str = ""  # metric label when the drop happens before a Notification exists
     suppressed: bool = False  # noise control: counted in notification_suppressed_total, logged at debug
+    failure: bool = False  # something failed (a hook down): logged at error; a decision is logged at info
 
 
 class DeliveryOutcome(enum.Enum):

@@ -5,6 +5,12 @@ Every notification ends delivered, failed or dropped, and each outcome is counte
 ``notification_dropped_total{reason}`` (a ``DropReason``). Failures and some drops also become a Warning
 Event on the Alert (``NotificationDispatchFailed``, ``NotificationDropped``), with every Secret value
 masked. Events are emitted on tasks owned by the reporter (``drain`` on shutdown).
+
+One log line per outcome, with Flux's keys of the Alert (``logsetup.object_fields``: ``kind``, ``name``,
+``namespace``, ``controllerKind``...) and the Provider (``provider``): a failure at error, a drop at info (a
+decision: a hook's veto, a suspended Provider) or at error (``Drop.failure``: a hook that is down). Their
+Events are marked as already logged (``logged=True``), so local mode — where Events go to the log — does
+not print the same failure twice.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from typing import Any
 
 from ..api.alert import Alert
 from ..core.redact import Redactor, mask_token
-from ..logsetup import fields
+from ..logsetup import fields, mark_event_logged, object_fields
 from ..metrics import EventMetrics
 from ..store.base import ObjectRef
 from .model import Drop, EventSink, Notification
@@ -24,6 +30,12 @@ from .model import Drop, EventSink, Notification
 log = logging.getLogger("notification_controller.dispatch.dispatcher")  # Flux's logger name for these lines
 
 WARNING = "Warning"
+
+
+def alert_fields(alert: Alert, **more: object) -> dict[str, object]:
+    """Flux's keys of a log line about ``alert`` (``logsetup.object_fields``), plus ``more``."""
+    meta = alert.metadata
+    return object_fields("Alert", meta.namespace, meta.name, **more)
 
 
 class TypeMetrics:
@@ -67,9 +79,12 @@ class Reporter:
             return
         self.dropped(drop.reason, ptype or drop.provider_type)
         if drop.message:
-            log.info("%s", drop.message)
+            keys = alert_fields(alert, reason=str(drop.reason)) if alert is not None else {}
+            log.log(logging.ERROR if drop.failure else logging.INFO, "%s", drop.message, extra=fields(**keys))
         if drop.warn and alert is not None:
-            self.warn(alert, "NotificationDropped", drop.message or str(drop.reason))
+            self.warn(
+                alert, "NotificationDropped", drop.message or str(drop.reason), logged=bool(drop.message)
+            )
 
     def failed(
         self,
@@ -93,31 +108,48 @@ class Reporter:
             meta.namespace,
             meta.name,
             notification.provider.name,
-            extra=fields(
-                name=meta.name,
-                namespace=meta.namespace,
-                error=error,
-                provider=notification.provider.name,
-                **{"reconciler kind": "Alert"},
-            ),
+            extra=fields(**alert_fields(alert, error=error, provider=notification.provider.key)),
         )
-        self.warn(alert, "NotificationDispatchFailed", message)
+        self.warn(alert, "NotificationDispatchFailed", message, logged=True)
         return error
 
     def warn(
-        self, alert: Alert, reason: str, message: str, annotations: dict[str, str] | None = None
+        self,
+        alert: Alert,
+        reason: str,
+        message: str,
+        annotations: dict[str, str] | None = None,
+        *,
+        logged: bool = False,
     ) -> None:
-        self.event(ObjectRef.of(alert), WARNING, reason, message, annotations)
+        """A Warning Event on the Alert; ``logged``: the caller already logged this (see the module
+        docstring)."""
+        self.event(ObjectRef.of(alert), WARNING, reason, message, annotations, logged=logged)
 
     def event(
-        self, ref: ObjectRef, type_: str, reason: str, message: str, annotations: dict[str, str] | None = None
+        self,
+        ref: ObjectRef,
+        type_: str,
+        reason: str,
+        message: str,
+        annotations: dict[str, str] | None = None,
+        *,
+        logged: bool = False,
     ) -> None:
         """A Kubernetes Event on ``ref`` (secrets masked), emitted on an owned task."""
-        self.spawn(self._emit(ref, type_, reason, self.redactor(message), annotations))
+        self.spawn(self._emit(ref, type_, reason, self.redactor(message), annotations, logged))
 
     async def _emit(
-        self, ref: ObjectRef, type_: str, reason: str, message: str, annotations: dict[str, str] | None
+        self,
+        ref: ObjectRef,
+        type_: str,
+        reason: str,
+        message: str,
+        annotations: dict[str, str] | None,
+        logged: bool = False,
     ) -> None:
+        if logged:
+            mark_event_logged()  # this task's own context: the local cluster logs the Event at debug
         try:
             await self.sink.event(ref, type_, reason, message, annotations)
         except Exception as exc:

@@ -12,8 +12,10 @@ present; others are ignored); ``{"drop": true}`` (optional ``"message"``) drops 
 decides commit statuses and routing): an answer that changes it is rejected — the notification is
 dropped with a Warning, as for any invalid answer. Errors follow ``docs/hooks.md``: non-permanent ones
 are retried with backoff within the hook's timeout; ``continue: true`` goes on unchanged; otherwise the
-notification is dropped. Every drop is ``Drop(reason="hook", warn=True)``: counted in
-``notification_dropped_total{reason="hook"}`` and a Warning Event ``NotificationDropped`` on the Alert.
+notification is dropped — unless the hook says ``failurePolicy: Ignore``, then it goes on unchanged
+(``chain``). Every drop is ``Drop(reason="hook", warn=True)``: counted in
+``notification_dropped_total{reason="hook"}`` and a Warning Event ``NotificationDropped`` on the Alert; a
+veto (``drop: true``) is logged at info, a failed hook at error (``failure=True``).
 """
 
 from __future__ import annotations
@@ -70,7 +72,8 @@ class PreDispatchHooks:
         )
         described = notification.event.involved_object.describe()
         if result.failure is not None:
-            return Drop(DROP_REASON, f"notification for {described} dropped: {result.failure}", warn=True)
+            message = f"notification for {described} dropped: {result.failure}"
+            return Drop(DROP_REASON, message, warn=True, failure=True)
         if result.stopped is not None:
             assert result.hook is not None
             detail = f": {result.stopped.message}" if result.stopped.message else ""

@@ -30,6 +30,7 @@ from ..api.objects import Object, parse_object, supported_kind
 from ..api.receiver import Receiver, ReceiverStatus
 from ..core.apiref import InvalidReference, Use, label_selector, shown, validate_object_ref
 from ..errors import ConfigError, KubeError, ManifestError
+from ..logsetup import event_already_logged, fields, object_fields
 from . import yamldoc
 from .base import ObjectRef, ObjectStore
 
@@ -375,8 +376,18 @@ class LocalCluster:
         self.events.append((ref, type_, reason, message))
         del self.events[:-1000]
         level = logging.WARNING if type_ == "Warning" else logging.INFO
+        if event_already_logged():  # the controller logged this failure or drop itself: one line each
+            level = logging.DEBUG
         log.log(
-            level, "event %s %s on %s %s/%s: %s", type_, reason, ref.kind, ref.namespace, ref.name, message
+            level,
+            "event %s %s on %s %s/%s: %s",
+            type_,
+            reason,
+            ref.kind,
+            ref.namespace,
+            ref.name,
+            message,
+            extra=fields(**object_fields(ref.kind, ref.namespace, ref.name, reason=reason, type=type_)),
         )
 
     def restore(self, obj: Object) -> Object:

@@ -93,3 +93,38 @@ async def test_a_reconcile_error_is_logged_with_fluxs_keys(restore_logging: None
     assert record["level"] == "error"
     assert (record["name"], record["namespace"], record["reconciler kind"]) == ("webhook", "apps", "Provider")
     assert "HTTP 500 boom" in str(record["error"])
+
+
+def test_object_keys_as_controller_runtime_and_flux(restore_logging: None) -> None:
+    """Issue 25 item 5: a line about an object carries controller-runtime's reconciler keys and Flux's
+    ``reconciler kind`` as JSON keys (not inside ``msg``); secrets in them are masked too."""
+    stream = io.StringIO()
+    logsetup.configure("info", "json", Redactor(["s3cr3t-token"]), stream)
+    log = logging.getLogger("x")
+    log.info(
+        "sent",
+        extra=logsetup.fields(**logsetup.object_fields("Alert", "apps", "on-call", error="s3cr3t-token")),
+    )
+    logsetup.ObjectLog(log, "Provider", "apps", "slack", provider="apps/slack").info("ready")
+    first, second = records(stream)
+    assert first["kind"] == first["controllerKind"] == first["reconciler kind"] == "Alert"
+    assert first["controller"] == "alert" and first["controllerGroup"] == "notification.toolkit.fluxcd.io"
+    assert first["Alert"] == {"name": "on-call", "namespace": "apps"}
+    assert (first["name"], first["namespace"]) == ("on-call", "apps")
+    assert "s3cr3t" not in json.dumps(first)
+    assert (second["kind"], second["name"], second["provider"]) == ("Provider", "slack", "apps/slack")
+    assert second["Provider"] == {"name": "slack", "namespace": "apps"}
+
+
+def test_log_context_puts_the_keys_and_a_reconcile_id_on_every_line(restore_logging: None) -> None:
+    stream = io.StringIO()
+    logsetup.configure("info", "json", Redactor(), stream)
+    log = logging.getLogger("x")
+    with logsetup.log_context("Receiver", "apps", "gh") as reconcile_id:
+        log.info("one")
+        log.info("two", extra=logsetup.fields(name="explicit"))  # an explicit key wins
+    log.info("after")
+    one, two, after = records(stream)
+    assert one["reconcileID"] == two["reconcileID"] == reconcile_id and len(reconcile_id) == 36
+    assert (one["kind"], one["name"], two["name"]) == ("Receiver", "gh", "explicit")
+    assert "reconcileID" not in after and "kind" not in after

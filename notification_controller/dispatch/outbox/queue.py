@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from ...errors import ControllerError
 from ...lib.clock import Clock
+from ...logsetup import fields, object_fields
 from ...metrics import DeliveryMetrics
 from ...state.base import LaneStats, Lease, NewItem, Store
 from ...store.base import ObjectRef, ObjectStore
@@ -117,11 +118,16 @@ class DurableOutbox:
             f"notification for {what} kept as dead letter {lease.id} after {lease.attempts} attempts "
             f"({reason}): {error}"
         )
-        log.error("%s (provider %s)", message, lease.provider)
+        alert = None
         if notification is not None:
             alert = self.objects.alert(notification.alert.namespace, notification.alert.name)
-            if alert is not None:
-                self.report.warn(alert, "NotificationDeadLettered", message)
+        keys: dict[str, object] = {"provider": lease.provider, "reason": reason, "error": error}
+        if notification is not None:
+            ref = notification.alert
+            keys = object_fields("Alert", ref.namespace, ref.name, **keys)
+        log.error("%s (provider %s)", message, lease.provider, extra=fields(**keys))
+        if alert is not None:
+            self.report.warn(alert, "NotificationDeadLettered", message, logged=True)
 
     def paused(self, lane: str) -> str | None:
         """Why ``lane`` is paused by its circuit breaker on this replica, or None."""

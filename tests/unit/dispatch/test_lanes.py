@@ -248,3 +248,42 @@ def test_the_notifier_is_rebuilt_only_when_its_provider_or_a_referenced_secret_i
     assert get("plain") is plain and cache.builds == 3
     store.upsert(parse_object(_provider("plain", address="http://127.0.0.1:9/y")))
     assert get("plain") is not plain and cache.builds == 4
+
+
+async def test_overload_drops_are_logged_once_per_provider_per_interval(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 25 item 5: a flood refused as overload was one error line per drop (20,000 lines for 20,000
+    events). Now: one line per Provider per interval with the count, and the rest once nothing is pending;
+    the metric still counts every drop."""
+    registry = CollectorRegistry()
+    report = Reporter(LogSink(), EventMetrics(registry), Redactor())
+    gate = asyncio.Event()
+
+    async def send(notification: Notification, queued_at: float) -> None:
+        await gate.wait()
+
+    lanes = MemoryLanes(LaneSettings(max_pending=2, concurrency=1), report, send)
+    lanes.overload_log_interval = 3600.0  # the whole flood fits in one interval, however slow the machine
+    flood = 2000
+    with caplog.at_level("DEBUG", logger="notification_controller.dispatch.lanes"):
+        for n in range(flood):
+            lanes.put(Notification(new_id(), _event(), Ref(NS, "a"), Ref(NS, f"p{n % 2}"), "generic"))
+        during = [r for r in caplog.records if r.name == "notification_controller.dispatch.lanes"]
+        # one line for each of the two Providers (the first drop of each), at error
+        assert [(r.levelname, r.__dict__["fields"]["provider"]) for r in during] == [
+            ("ERROR", f"{NS}/p0"),
+            ("ERROR", f"{NS}/p1"),
+        ]
+        gate.set()
+        assert await lanes.wait_idle(5)
+    lines = [r for r in caplog.records if r.name == "notification_controller.dispatch.lanes"]
+    assert len(lines) == 4  # and one closing line per Provider with what the first lines did not count
+    assert sum(r.__dict__["fields"]["dropped"] for r in lines) == flood - 2
+    dropped = registry.get_sample_value(
+        "notification_dropped_total", {"provider_type": "generic", "reason": "overload"}
+    )
+    assert dropped == flood - 2
+    assert (
+        lanes._overload == {}
+    )  # forgotten once the overload is over: bounded by the Providers of one overload
