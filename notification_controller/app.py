@@ -212,6 +212,8 @@ class App:
         elif change.kind == "Provider":
             # Secret changes need nothing here: cached notifiers are checked against the Secret objects.
             self.pipeline.deliverer.notifiers.invalidate(change.namespace, change.name)
+            if change.obj is None:  # deleted: its provider="namespace/name" series go (docs/metrics.md)
+                self.pipeline.report.forget_provider(change.namespace, change.name)
 
     @property
     def leadership_lost(self) -> bool:

@@ -46,17 +46,19 @@ class EventMetrics:
             "Notifications handed to a provider lane (one per matching Alert).",
             ["provider_type"],
         )
+        # ``provider`` (namespace/name) tells three Slack Providers apart; bounded by the Providers: the
+        # Reporter removes a deleted Provider's series (dispatch/report.py, ProviderSeries).
         self.delivered = counter(
             registry,
             "notification_delivered_total",
-            "Notifications delivered successfully.",
-            ["provider_type"],
+            "Notifications delivered successfully, by provider type and Provider (namespace/name).",
+            ["provider_type", "provider"],
         )
         self.failed = counter(
             registry,
             "notification_delivery_failed_total",
-            "Notifications whose delivery failed, by reason.",
-            ["provider_type", "reason"],
+            "Notifications whose delivery failed, by provider type, Provider (namespace/name) and reason.",
+            ["provider_type", "provider", "reason"],
         )
         self.dropped = counter(
             registry,
@@ -139,8 +141,9 @@ class DeliveryMetrics:
         self.dead_letters = counter(
             registry,
             "notification_dead_letters_total",
-            "Notifications given up on and kept as dead letters, by reason (max-age, permanent).",
-            ["provider_type", "reason"],
+            "Notifications given up on and kept as dead letters, by provider type, Provider (namespace/name) "
+            "and reason (max-age, permanent).",
+            ["provider_type", "provider", "reason"],
         )
         self.breaker_open = gauge(
             registry,

@@ -142,7 +142,7 @@ class Deliverer:
                 "notifier %s raised %s", ptype, type(exc).__name__, exc_info=log.isEnabledFor(logging.DEBUG)
             )
             return Result(DeliveryOutcome.RETRY, error)
-        self.report.of(ptype).delivered.inc()
+        self.report.delivered(notification)
         if self.post_send.stages:
             await self.post_send.finish(delivery)  # delivered already: the outcome stands
         return DELIVERED

@@ -2,7 +2,9 @@
 
 Every notification ends delivered, failed or dropped, and each outcome is counted here (never silently):
 ``notification_delivered_total``, ``notification_delivery_failed_total{reason}``,
-``notification_dropped_total{reason}`` (a ``DropReason``). Failures and some drops also become a Warning
+``notification_dropped_total{reason}`` (a ``DropReason``). Deliveries, failures and dead letters are also
+labelled by Provider (``provider="namespace/name"``, ``ProviderSeries``): three Slack Providers can be told
+apart, and a deleted Provider's series are removed (``forget_provider``). Failures and some drops also become a Warning
 Event on the Alert (``NotificationDispatchFailed``, ``NotificationDropped``), with every Secret value
 masked. Events are emitted on tasks owned by the reporter (``drain`` on shutdown).
 
@@ -16,9 +18,12 @@ not print the same failure twice.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Coroutine, Sequence
 from typing import Any
+
+from prometheus_client import Counter
 
 from ..api.alert import Alert
 from ..core.redact import Redactor, mask_token
@@ -41,12 +46,40 @@ def alert_fields(alert: Alert, **more: object) -> dict[str, object]:
 class TypeMetrics:
     """The metric children of one provider type, resolved once: ``labels()`` costs more than ``inc()``."""
 
-    __slots__ = ("delivered", "duration", "notifications")
+    __slots__ = ("duration", "notifications")
 
     def __init__(self, metrics: EventMetrics, ptype: str) -> None:
         self.notifications = metrics.notifications.labels(provider_type=ptype)
-        self.delivered = metrics.delivered.labels(provider_type=ptype)
         self.duration = metrics.delivery_duration.labels(provider_type=ptype)
+
+
+class ProviderSeries:
+    """The series labelled by one Provider (``provider="namespace/name"``): created on first use, removed
+    when the Provider is deleted, so the label is bounded by the Providers that exist (a churn of
+    Providers leaves no series behind). Children are cached: ``labels()`` costs more than ``inc()``."""
+
+    def __init__(self) -> None:
+        self._children: dict[str, dict[tuple[Counter, tuple[str, ...]], Counter]] = {}
+
+    def inc(self, metric: Counter, provider: str, *labelvalues: str) -> None:
+        """``metric.labels(*labelvalues).inc()``, remembered under ``provider`` (one of ``labelvalues``)."""
+        children = self._children.setdefault(provider, {})
+        key = (metric, labelvalues)
+        child = children.get(key)
+        if child is None:
+            child = children[key] = metric.labels(*labelvalues)
+        child.inc()
+
+    def forget(self, provider: str) -> int:
+        """Remove every series of ``provider``; returns how many."""
+        children = self._children.pop(provider, {})
+        for metric, labelvalues in children:
+            with contextlib.suppress(KeyError):
+                metric.remove(*labelvalues)
+        return len(children)
+
+    def __len__(self) -> int:
+        return sum(len(children) for children in self._children.values())
 
 
 class Reporter:
@@ -55,6 +88,7 @@ class Reporter:
         self.metrics = metrics
         self.redactor = redactor
         self._types: dict[str, TypeMetrics] = {}  # children are never removed: safe to keep
+        self.series = ProviderSeries()  # delivered, failed, dead letters: per Provider, removed with it
         self._tasks: set[asyncio.Task[None]] = set()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -64,6 +98,22 @@ class Reporter:
         if children is None:
             children = self._types[ptype] = TypeMetrics(self.metrics, ptype)
         return children
+
+    def delivered(self, notification: Notification) -> None:
+        self.series.inc(
+            self.metrics.delivered,
+            notification.provider.key,
+            notification.provider_type,
+            notification.provider.key,
+        )
+
+    def dead_letter(self, metric: Counter, ptype: str, provider: str, reason: str) -> None:
+        """``notification_dead_letters_total`` (``DeliveryMetrics``, durable stores) of ``provider``."""
+        self.series.inc(metric, provider, ptype, provider, reason)
+
+    def forget_provider(self, namespace: str, name: str) -> None:
+        """The Provider was deleted: its ``provider``-labelled series go with it."""
+        self.series.forget(f"{namespace}/{name}")
 
     def dropped(self, reason: str, ptype: str = "", n: int = 1) -> None:
         self.metrics.dropped.labels(provider_type=ptype, reason=reason).inc(n)
@@ -95,7 +145,8 @@ class Reporter:
         masks: Sequence[str] = (),
     ) -> str:
         """Count, log (Flux's level and keys) and event a failed delivery; return the masked error."""
-        self.metrics.failed.labels(provider_type=notification.provider_type, reason=reason).inc()
+        provider = notification.provider.key
+        self.series.inc(self.metrics.failed, provider, notification.provider_type, provider, reason)
         for secret in masks:
             error = mask_token(error, secret)
         error = self.redactor(error)

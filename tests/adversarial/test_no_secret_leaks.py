@@ -44,7 +44,7 @@ from notification_controller.core import conditions as cond
 from notification_controller.core.webhook import webhook_path
 from notification_controller.logsetup import RedactingFilter
 from tests.adversarial.kit import KS, SHA, event_body, eventually, pair, secret
-from tests.integration.appkit import local_cluster, running_app
+from tests.integration.appkit import local_cluster, metric, running_app
 from tests.support.capture import CapturedRequest, CaptureServer, ForwardProxy, Reply
 
 NS = "flux-system"
@@ -309,8 +309,7 @@ async def _failures_recorded(app: App) -> None:
     assert broken is not None
     ready = cond.find(broken.status.conditions, cond.READY)
     assert ready is not None and ready.reason == "TokenNotFound"
-    delivered = app.registry.get_sample_value("notification_delivered_total", {"provider_type": "slack"})
-    assert delivered == 2
+    assert metric(app, "notification_delivered_total", provider_type="slack") == 2
 
 
 def _collect_state(app: App, emitted: Emitted) -> None:

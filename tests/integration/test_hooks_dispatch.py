@@ -77,8 +77,13 @@ class Rig:
         return value or 0.0
 
     def delivered(self) -> float:
-        value = self.registry.get_sample_value("notification_delivered_total", {"provider_type": "generic"})
-        return value or 0.0
+        return sum(
+            sample.value
+            for family in self.registry.collect()
+            for sample in family.samples
+            if sample.name == "notification_delivered_total"
+            and sample.labels.get("provider_type") == "generic"
+        )
 
     def warnings(self) -> list[str]:
         return [message for _, type_, reason, message in self.sink.events if reason == "NotificationDropped"]

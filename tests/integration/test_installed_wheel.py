@@ -211,7 +211,10 @@ async def test_readme_demo_through_the_installed_console_script(venv: Path, tmp_
                     metrics = await resp.text()
             assert 'notification_controller_build_info{python="' in metrics
             assert f'version="{VERSION}"}} 1.0' in metrics
-            assert 'notification_delivered_total{provider_type="generic-hmac"} 1.0' in metrics
+            assert (
+                'notification_delivered_total{provider="flux-system/local-sink",provider_type="generic-hmac"} 1.0'
+                in metrics
+            )
         finally:
             if not _exited(proc):
                 proc.send_signal(signal.SIGTERM)

@@ -498,9 +498,66 @@ async def test_durable_delivery_alerts_and_panels_query_what_a_durable_controlle
                 known = set().union(*(metric_labels(app, n) for n in names)) | TARGET_LABELS
                 unknown = sorted(used_labels(expr) - known)
                 assert unknown == [], f"{expr}: no such label on {sorted(names)}: {unknown}"
+            dead_letter = {"provider": "flux-system/refusing", "reason": "permanent"}
+            assert metric(app, "notification_dead_letters_total", **dead_letter) == 1  # by Provider
             lanes = ("notification_outbox_oldest_age_seconds", "notification_outbox_depth")
             for name in (*lanes, "notification_circuit_breaker_open"):
                 assert any('provider="flux-system/down"' in labels for labels, _ in samples[name]), name
+
+
+def _three_of_a_type(url: str, names: tuple[str, ...]) -> str:
+    docs = []
+    for name in names:
+        docs.append(
+            f"""\
+            apiVersion: notification.toolkit.fluxcd.io/v1beta3
+            kind: Provider
+            metadata: {{name: {name}, namespace: flux-system}}
+            spec: {{type: slack, address: '{url}/{name}'}}
+            ---
+            apiVersion: notification.toolkit.fluxcd.io/v1beta3
+            kind: Alert
+            metadata: {{name: {name}, namespace: flux-system}}
+            spec:
+              providerRef: {{name: {name}}}
+              eventSources: [{{kind: Kustomization, name: '*'}}]
+            """
+        )
+    return "---\n".join(docs)
+
+
+async def test_provider_label_tells_providers_apart_and_goes_with_the_provider(tmp_path: Path) -> None:
+    """Issue 25 item 5: three Slack Providers, one failing: the delivery and failure metrics say which
+    (``provider="namespace/name"`` beside ``provider_type``); deleting the Provider removes its series, so
+    the label is bounded by the Providers that exist."""
+    async with CaptureServer() as server:
+        server.on("POST", "/team-b", Reply(500, {"error": "down"}))
+        server.on("POST", "/team-", Reply(200, "ok"))
+        manifests = tmp_path / "manifests"
+        manifests.mkdir()
+        write(manifests, "objects.yaml", _three_of_a_type(server.url, ("team-a", "team-b", "team-c")))
+        async with running_app(manifests) as app:
+            await eventually(lambda: app.store.alert("flux-system", "team-c") is not None, "the Alerts")
+            assert (await post_event(app, EVENT)).status == 202
+            failed = {"provider_type": "slack", "provider": "flux-system/team-b"}
+            await eventually(
+                lambda: metric(app, "notification_delivery_failed_total", **failed) == 1, "failure"
+            )
+            for name in ("team-a", "team-c"):
+
+                def delivered(name: str = name) -> bool:
+                    labels = {"provider_type": "slack", "provider": f"flux-system/{name}"}
+                    return metric(app, "notification_delivered_total", **labels) == 1
+
+                await eventually(delivered, name)
+            assert metric(app, "notification_delivered_total", provider="flux-system/team-b") == 0
+            assert metric(app, "notification_delivery_failed_total", provider="flux-system/team-a") == 0
+
+            write(manifests, "objects.yaml", _three_of_a_type(server.url, ("team-a", "team-c")))
+            await eventually(lambda: app.store.provider("flux-system", "team-b") is None, "the deletion")
+            text = await scrape_text(app)
+            assert 'provider="flux-system/team-b"' not in text  # gone with the Provider
+            assert 'provider="flux-system/team-a"' in text
 
 
 def test_used_labels_are_extracted_from_promql() -> None:

@@ -78,7 +78,10 @@ async def test_examples_deliver_and_sigterm_exits_zero(tmp_path: Path) -> None:
             async with aiohttp.ClientSession() as session:
                 async with session.get(f"http://127.0.0.1:{ports['metrics']}/metrics") as resp:
                     text = await resp.text()
-            assert 'notification_delivered_total{provider_type="generic-hmac"} 1.0' in text
+            assert (
+                'notification_delivered_total{provider="flux-system/local-sink",provider_type="generic-hmac"} 1.0'
+                in text
+            )
         finally:
             proc.send_signal(signal.SIGTERM)
             _, stderr = await asyncio.wait_for(proc.communicate(), timeout=30)

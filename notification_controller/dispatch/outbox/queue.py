@@ -112,7 +112,7 @@ class DurableOutbox:
         except ControllerError:
             notification = None
         ptype = notification.provider_type if notification else ""
-        self.metrics.dead_letters.labels(provider_type=ptype, reason=reason).inc()
+        self.report.dead_letter(self.metrics.dead_letters, ptype, lease.provider, reason)
         what = notification.event.involved_object.describe() if notification else lease.id
         message = (
             f"notification for {what} kept as dead letter {lease.id} after {lease.attempts} attempts "

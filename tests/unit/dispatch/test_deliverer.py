@@ -165,7 +165,7 @@ async def test_metric_children_resolved_once_per_type_and_counts_exact() -> None
         original = family.labels
 
         def counting(*args: str, _original: Any = original, **kwargs: str) -> Any:
-            calls.append(kwargs.get("provider_type", ""))
+            calls.append(kwargs.get("provider_type") or (args[0] if args else ""))
             return _original(*args, **kwargs)
 
         family.labels = counting  # type: ignore[method-assign,assignment]
@@ -197,10 +197,11 @@ async def test_metric_children_resolved_once_per_type_and_counts_exact() -> None
         await dispatcher.shutdown(1)
         await http.close()
     assert sorted(calls) == sorted(["generic", "generic-hmac"] * 3)  # one child per family and type
-    for ptype in ("generic", "generic-hmac"):
+    for ptype, name in (("generic", "g"), ("generic-hmac", "h")):
         labels = {"provider_type": ptype}
         assert registry.get_sample_value("notification_notifications_total", labels) == 5
-        assert registry.get_sample_value("notification_delivered_total", labels) == 5
+        by_provider = {**labels, "provider": f"{NS}/{name}"}
+        assert registry.get_sample_value("notification_delivered_total", by_provider) == 5
         assert registry.get_sample_value("notification_delivery_duration_seconds_count", labels) == 5
 
 
