@@ -4,9 +4,10 @@ durable outbox (outbox/), which hand each notification to ``Deliverer.deliver`` 
 time. Everything is given, built by ``builder.py`` before this is constructed; nothing is added later.
 
 ``admit`` is the one ingest path. With a queue that is not ``durable`` (the memory store, Flux's at most
-once) it answers synchronously when every stage did (the event server's 202 needs no task), and work
-that needs I/O continues on tasks the ``Reporter`` owns. With a durable queue it returns an awaitable that
-ends once every notification of the event is stored (``StoreError`` propagates: the server answers 503).
+once) it answers synchronously (the event server's 202 needs no task); what needs I/O (a heavy filter, a
+label lookup, a stage that awaits) continues on tasks the ``Reporter`` owns, and a Flux Alert needs none.
+With a durable queue it returns an awaitable that ends once every notification of the event is stored
+(``StoreError`` propagates: the server answers 503).
 """
 
 from __future__ import annotations
