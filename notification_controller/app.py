@@ -36,6 +36,7 @@ from .errors import ConfigError, KubeError, StoreError
 from .hooks import Hooks, load_hooks_config
 from .lib.clock import SystemClock
 from .metrics import DeliveryMetrics, EventMetrics, NoiseMetrics
+from .objects.base import Change, Cluster, ObjectStore, secret_data
 from .outbound import OutboundHTTP, RetryPolicy
 from .outbound.tokens import TokenCache
 from .sandbox import SandboxPool
@@ -45,11 +46,10 @@ from .server.health import create_health_app
 from .server.http1 import HTTPServer
 from .server.metrics import create_metrics_app
 from .settings import Settings, compat_notices
-from .state import store_from_settings
-from .state.base import Store
-from .state.instrumented import InstrumentedStore
-from .state.memory import MemoryStore
-from .store.base import Change, Cluster, ObjectStore, secret_data
+from .store import store_from_settings
+from .store.base import Store
+from .store.instrumented import InstrumentedStore
+from .store.memory import MemoryStore
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ class App:
         self._freeze_loaded = False  # serve_forever: freeze the first load's objects at once (_no_gc)
         self._serving = False  # every listener bound: /readyz must not say ready before :9090 answers
         if s.local_mode:
-            from .store.local import LocalCluster, LocalManifests
+            from .objects.local import LocalCluster, LocalManifests
 
             assert s.manifests is not None
             local_cluster = LocalCluster(self.store)
@@ -241,7 +241,9 @@ class App:
                 "kind": type(obj).__name__,
                 "metadata": {"namespace": obj.metadata.namespace, "name": obj.metadata.name},
                 "spec": {"suspend": obj.spec.suspend},
-                "status": {"conditions": [c.model_dump(by_alias=True, mode="json") for c in obj.status.conditions]},
+                "status": {
+                    "conditions": [c.model_dump(by_alias=True, mode="json") for c in obj.status.conditions]
+                },
             }
 
         for obj in (*self.store.alerts(), *self.store.providers(), *self.store.receivers()):
@@ -272,7 +274,9 @@ class App:
         if self.state is not None:
             self._tasks.append(asyncio.create_task(self._open_state(), name="state-store"))
         probe = self._probe_state if self.state is not None else None
-        await self._serve("health", create_health_app(self.ready, probe, self._status_objects), s.server.health_addr)
+        await self._serve(
+            "health", create_health_app(self.ready, probe, self._status_objects), s.server.health_addr
+        )
         await self._serve("metrics", create_metrics_app(self.registry), s.server.metrics_addr)
         if self._feeder is not None:
             with _no_gc(freeze=self._freeze_loaded):  # the first load builds objects that stay (issue 17)

@@ -46,8 +46,8 @@ from .api.messages import describe_error_of, field_path, suggestion
 from .api.objects import _KINDS
 from .api.provider import Provider
 from .api.receiver import Receiver
-from .store import yamldoc
-from .store.local import _split_documents, locate, manifest_files
+from .objects import yamldoc
+from .objects.local import _split_documents, locate, manifest_files
 
 USAGE, FINDINGS, CLEAN = 2, 1, 0
 

@@ -34,7 +34,7 @@ from typing import Any, TextIO
 from .errors import ConfigError, StoreError
 from .lib.output import add_output_flag, dump, escape_cell, table
 from .settings import StoreSettings
-from .state import DeadLetter, Store, store_from_settings
+from .store import DeadLetter, Store, store_from_settings
 
 LIST_LIMIT = 100_000
 

@@ -191,7 +191,7 @@ class KubeError(ControllerError):
 
 
 class StoreError(ControllerError):
-    """The state layer (``state/``) could not read or write: the caller answers 503, never 202-and-lose."""
+    """The durable store (``store/``, the ``--store`` flag) could not read or write: the caller answers 503, never 202-and-lose."""
 
 
 class HookError(ControllerError):

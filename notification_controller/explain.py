@@ -42,10 +42,10 @@ from .dispatch.rules import flux_rules
 from .dispatch.templates import TemplateStage
 from .errors import ControllerError, DeliveryError
 from .lib.output import add_output_flag, dump
+from .objects.base import ObjectStore
 from .outbound import OutboundHTTP, OutboundRequest
 from .providers.base import DeliveryContext, HTTPNotifier
 from .providers.generic import GenericHMACNotifier, GenericNotifier
-from .store.base import ObjectStore
 
 MASK = "***"
 SENSITIVE_HEADERS = frozenset(
@@ -67,7 +67,7 @@ class AlertExplanation:
 
 # ---- loading -------------------------------------------------------------------------------------------
 def load_manifests(directory: Path) -> ObjectStore:
-    from .store.local import load_directory
+    from .objects.local import load_directory
 
     result = load_directory(directory)
     if result.errors:

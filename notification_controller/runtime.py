@@ -29,8 +29,8 @@ from .kube.informer import Informers, InvalidEntry, InvalidKey, watch_namespace
 from .kube.leader import LeaderElector, lease_client_budget
 from .kube.metrics import RestClientMetrics
 from .logsetup import fields, object_fields
+from .objects.base import ObjectRef, ObjectStore
 from .settings import Settings
-from .store.base import ObjectRef, ObjectStore
 
 if TYPE_CHECKING:
     from .controllers.manager import ControllerManager

@@ -39,7 +39,7 @@ from ..api.common import ConditionStatus
 from ..core import conditions as cond
 from ..core.matching import compile_error, filter_error
 from ..hooks.reconcile import alert_children
-from ..store.base import Key, ObjectRef
+from ..objects.base import Key, ObjectRef
 from .base import DONE, Reconciler, Result, StatusDraft
 from .events import NORMAL
 

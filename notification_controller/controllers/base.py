@@ -41,7 +41,7 @@ from ..core.redact import Redactor
 from ..errors import KubeError
 from ..lib.clock import Clock
 from ..logsetup import fields, object_fields
-from ..store.base import Change, Cluster, Key, ObjectRef, ObjectStore
+from ..objects.base import Change, Cluster, Key, ObjectRef, ObjectStore
 from .events import NORMAL, WARNING, EventRecorder
 
 if TYPE_CHECKING:

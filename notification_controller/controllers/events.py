@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from ..core.redact import Redactor
 from ..lib.clock import Clock
 from ..lib.tokenbucket import KeyedBuckets
-from ..store.base import Cluster, ObjectRef
+from ..objects.base import Cluster, ObjectRef
 
 log = logging.getLogger(__name__)
 

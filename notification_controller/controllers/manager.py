@@ -37,8 +37,8 @@ from ..errors import ControllerError
 from ..hooks.reconcile import ReconcileHooks
 from ..lib.clock import Clock
 from ..logsetup import fields, log_context, object_fields
+from ..objects.base import Change, Cluster, Key, ObjectStore
 from ..settings import EventSettings, KubeSettings, Settings
-from ..store.base import Change, Cluster, Key, ObjectStore
 from .alert import AlertReconciler
 from .base import Reconciler, Result
 from .events import EventRecorder

@@ -41,9 +41,9 @@ from ..core import conditions as cond
 from ..core.redact import mask_values, secret_mask_values
 from ..errors import ObjectReferenceError, ProviderConfigError
 from ..hooks.reconcile import provider_children
+from ..objects.base import Key
 from ..providers.options import resolve_options
 from ..providers.registry import create_notifier
-from ..store.base import Key
 from .alert import field_of, joined
 from .base import DONE, Reconciler, Result, StatusDraft
 

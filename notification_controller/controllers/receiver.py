@@ -29,8 +29,8 @@ from ..core import conditions as cond
 from ..core.webhook import path_digest_prefix, webhook_path
 from ..hooks.reconcile import receiver_children
 from ..lib.duration import format_duration
+from ..objects.base import Key, ObjectRef
 from ..receivers import registry
-from ..store.base import Key, ObjectRef
 from .alert import joined
 from .base import DONE, Reconciler, Result, StatusDraft
 from .events import NORMAL

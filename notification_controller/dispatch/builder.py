@@ -22,14 +22,14 @@ from dataclasses import dataclass
 from ..core.redact import Redactor
 from ..lib.clock import Clock, SystemClock
 from ..metrics import EventMetrics, NoiseMetrics
+from ..objects.base import Cluster, ObjectStore
 from ..outbound import OutboundHTTP
 from ..outbound.identity import WorkloadIdentity
 from ..outbound.tokens import TokenCache
 from ..sandbox import SandboxPool
 from ..settings import Settings
-from ..state.base import Store
-from ..state.instrumented import InstrumentedStore
-from ..store.base import Cluster, ObjectStore
+from ..store.base import Store
+from ..store.instrumented import InstrumentedStore
 from .deliverer import Deliverer
 from .dispatcher import Dispatcher
 from .filtering import FilterOffload

@@ -17,11 +17,11 @@ from collections.abc import Sequence
 
 from ..api.alert import Alert
 from ..errors import ControllerError, DeliveryError, PermanentDeliveryError, RetryableDeliveryError
+from ..objects.base import ObjectStore
 from ..outbound import IDEMPOTENCY_KEY, OutboundHTTP
 from ..outbound.identity import WorkloadIdentity
 from ..outbound.tokens import TokenCache
 from ..providers.base import DeliveryContext
-from ..store.base import ObjectStore
 from .model import DELIVERED, GONE, Delivery, DeliveryOutcome, Drop, DropReason, Notification, Result
 from .notifiers import NotifierCache
 from .report import Reporter

@@ -2,7 +2,7 @@
 
 Flux's controller (and this one with ``--store=memory``) keeps the 5-minute duplicate window in each pod:
 with two replicas behind a Service, the same event POSTed to both is delivered twice. With a durable store
-the window is the store's ``seen`` (``state/base.py``): atomic, first caller wins on any replica; the
+the window is the store's ``seen`` (``store/base.py``): atomic, first caller wins on any replica; the
 second POST of an event within ``--rate-limit-interval`` gets Flux's 429.
 
 The answer headers keep Flux's shape (``X-RateLimit-*``, ``Retry-After`` on a 429). The store answers only
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from ..core.ratelimit import Decision
 from ..lib.clock import Clock
-from ..state.base import Store
+from ..store.base import Store
 
 
 class SharedDuplicateWindow:

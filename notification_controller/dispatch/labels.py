@@ -40,8 +40,8 @@ from ..core.apiref import InvalidReference, Use, validate_object_ref
 from ..errors import ControllerError, KubeError
 from ..lib.clock import Clock, SystemClock
 from ..metrics import EventMetrics
+from ..objects.base import Cluster
 from ..settings import EventSettings
-from ..store.base import Cluster
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from collections.abc import Awaitable
 from ..api.event import Event
 from ..core.matching import CompiledAlert, SourceMatch, encode_message
 from ..metrics import EventMetrics
-from ..store.base import ObjectStore
+from ..objects.base import ObjectStore
 from .filtering import FilterOffload
 from .labels import LabelCache, LookupResult
 from .model import DropReason

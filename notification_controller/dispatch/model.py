@@ -28,9 +28,9 @@ from ..api.alert import Alert
 from ..api.event import Event
 from ..api.provider import Provider
 from ..errors import ControllerError
+from ..objects.base import ObjectRef
 from ..providers.base import Notifier, ProviderOptions
 from ..providers.message import Message, Thread
-from ..store.base import ObjectRef
 
 FORMAT_VERSION = 1
 

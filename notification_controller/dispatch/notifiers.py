@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from ..api.common import Secret
 from ..api.provider import Provider
 from ..errors import ControllerError
+from ..objects.base import ObjectStore
 from ..providers.base import Notifier, ProviderOptions
 from ..providers.options import resolve_options
 from ..providers.registry import create_notifier
-from ..store.base import ObjectStore
 
 _NO_SECRETS: tuple[None, None, None] = (None, None, None)
 

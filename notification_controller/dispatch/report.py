@@ -29,7 +29,7 @@ from ..api.alert import Alert
 from ..core.redact import Redactor, mask_token
 from ..logsetup import fields, mark_event_logged, object_fields
 from ..metrics import EventMetrics
-from ..store.base import ObjectRef
+from ..objects.base import ObjectRef
 from .model import Drop, EventSink, Notification
 
 log = logging.getLogger("notification_controller.dispatch.dispatcher")  # Flux's logger name for these lines

@@ -39,8 +39,8 @@ from ..api.event import (
 from ..api.provider import CHANGE_REQUEST_TYPES, COMMIT_STATUS_TYPES, GENERIC_TYPES, Provider
 from ..core.metadata import combine_metadata
 from ..errors import ControllerError
+from ..objects.base import ObjectStore
 from ..sandbox import SandboxFailure, SandboxPool
-from ..store.base import ObjectStore
 from .model import Delivery, Draft, Drop, DropReason
 from .notifiers import NotifierCache
 from .stage import Stage

@@ -18,8 +18,8 @@ from prometheus_client import CollectorRegistry
 
 from ..api.hooks import HOOKS_FINALIZER, HooksConfig
 from ..lib.clock import Clock, SystemClock
+from ..objects.base import Cluster, ObjectStore
 from ..outbound import OutboundHTTP
-from ..store.base import Cluster, ObjectStore
 from .chain import Chain
 from .client import HookClient, TargetResolver
 from .config import load_hooks_config

@@ -35,9 +35,9 @@ from ..core.redact import SecretValue, mask_token, redact_url
 from ..errors import ConfigError, DeliveryError, FailureReason, HookError, KubeError
 from ..lib.backoff import backoff
 from ..lib.signing import hmac_signature
+from ..objects.base import Cluster, ObjectStore
 from ..outbound import OutboundHTTP, OutboundRequest
 from ..providers.options import tls_context
-from ..store.base import Cluster, ObjectStore
 from .registry import BoundHook
 
 log = logging.getLogger(__name__)

@@ -41,8 +41,8 @@ from ..api.provider import Provider
 from ..api.receiver import Receiver
 from ..core import conditions as cond
 from ..lib.clock import Clock, rfc3339
+from ..objects.base import ObjectStore
 from ..receivers.targets import DEFAULT_API_VERSIONS
-from ..store.base import ObjectStore
 from .chain import Applied, Chain, Stopped, invalid
 from .client import HookCallError, HookTarget
 from .metrics import Outcome

@@ -52,7 +52,7 @@ from ..core.apiref import (
     validate_plural,
 )
 from ..errors import KubeError
-from ..store.base import ObjectRef
+from ..objects.base import ObjectRef
 from .client import MERGE_PATCH, KubeClient, api_path
 
 log = logging.getLogger(__name__)

@@ -34,7 +34,7 @@ from typing import Any
 from ..api import ALERT_VERSION, GROUP, PROVIDER_VERSION, RECEIVER_VERSION
 from ..api.objects import Object, parse_object
 from ..errors import KubeError, ManifestError
-from ..store.base import ObjectStore
+from ..objects.base import ObjectStore
 from .client import KubeClient, WatchStalled, api_path, watch_status_error
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ from collections import OrderedDict
 
 from ..lib.clock import Clock
 from ..lib.tokenbucket import KeyedBuckets, retry_after_header
-from ..state.base import Store
+from ..store.base import Store
 
 
 class TokenBucket:

@@ -33,7 +33,7 @@ from ..api.common import Secret
 from ..api.receiver import Receiver, ReceiverType
 from ..core.webhook import webhook_path
 from ..errors import VerificationError
-from ..store.base import ObjectStore
+from ..objects.base import ObjectStore
 from .base import TOKEN_KEY, HookRequest, Verified, Verifier, VerifyContext
 
 FILTER_VARIABLES: tuple[str, ...] = ("res", "req")

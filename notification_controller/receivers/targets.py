@@ -43,7 +43,7 @@ from ..core.apiref import (
 )
 from ..errors import ControllerError, KubeError
 from ..lib.clock import Clock, go_time_string
-from ..store.base import Cluster
+from ..objects.base import Cluster
 from .base import RawHeaders, load_json
 from .signatures import SignatureError, media_type
 

@@ -52,6 +52,7 @@ from ..core.webhook import HOOK_PREFIX, path_digest_prefix
 from ..errors import StoreError, VerificationError
 from ..lib.clock import Clock, SystemClock
 from ..lib.promdefs import DEFAULT_BUCKETS, counter, histogram, http_server_metrics
+from ..objects.base import Cluster, ObjectStore
 from ..outbound import OutboundHTTP
 from ..receivers import registry
 from ..receivers.base import GCRSettings, HookRequest, RawHeaders, VerifyContext
@@ -60,8 +61,7 @@ from ..receivers.oidc import OIDCClient
 from ..receivers.targets import FilterError, RequestBodyError, Trigger, compile_filters, request_value
 from ..sandbox import SandboxPool
 from ..settings import EventSettings, ReceiverSettings, Settings
-from ..state.base import Store
-from ..store.base import Cluster, ObjectStore
+from ..store.base import Store
 
 log = logging.getLogger(__name__)
 

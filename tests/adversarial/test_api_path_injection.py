@@ -50,9 +50,9 @@ from notification_controller.errors import KubeError
 from notification_controller.kube.client import KubeClient, api_path
 from notification_controller.kube.cluster import KubeCluster
 from notification_controller.metrics import EventMetrics
+from notification_controller.objects.base import ObjectStore
 from notification_controller.outbound import OutboundHTTP, RetryPolicy
 from notification_controller.server.receivers import ReceiverServerSettings
-from notification_controller.store.base import ObjectStore
 from tests.adversarial.kit import eventually
 from tests.integration.appkit import local_cluster, running_app
 from tests.support.capture import CaptureServer

@@ -91,7 +91,7 @@ def test_reset_times_are_formatted_per_second_and_zone() -> None:
 
 
 def test_store_local_does_not_import_jwt() -> None:
-    code = "import sys, notification_controller.store.local, notification_controller.app; print('jwt' in sys.modules)"
+    code = "import sys, notification_controller.objects.local, notification_controller.app; print('jwt' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.strip() == "False"
 

@@ -42,6 +42,7 @@ from notification_controller.core.ratelimit import FixedWindowLimiter
 from notification_controller.dispatch.builder import build
 from notification_controller.lib.clock import SystemClock
 from notification_controller.metrics import EventMetrics
+from notification_controller.objects.base import ObjectStore
 from notification_controller.outbound import OutboundHTTP
 from notification_controller.server.events import (
     MAX_BODY,
@@ -50,7 +51,6 @@ from notification_controller.server.events import (
 )
 from notification_controller.server.http1 import HTTPServer
 from notification_controller.server.receivers import ReceiverServerSettings
-from notification_controller.store.base import ObjectStore
 from tests.adversarial.kit import (
     SlowClient,
     any_5xx,

@@ -25,10 +25,10 @@ from notification_controller.core.ratelimit import FixedWindowLimiter
 from notification_controller.dispatch.builder import build
 from notification_controller.lib.clock import SystemClock
 from notification_controller.metrics import EventMetrics
+from notification_controller.objects.base import ObjectStore
 from notification_controller.outbound import OutboundHTTP
 from notification_controller.server.events import EventEndpoint, EventServerSettings
 from notification_controller.settings import ServerSettings, Settings
-from notification_controller.store.base import ObjectStore
 from tests.adversarial.kit import event_body, samples
 from tests.support.memory_cluster import MemoryCluster
 from tests.support.sinks import LogSink

@@ -29,7 +29,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from notification_controller.state.sqlite import SQLiteStore
+from notification_controller.store.sqlite import SQLiteStore
 from tests.support.controllers import ControllerProcess, FlakySink, event, manifests
 
 pytestmark = pytest.mark.slow

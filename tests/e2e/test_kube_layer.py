@@ -44,7 +44,7 @@ from notification_controller.kube.informer import (
     InvalidKey,
 )
 from notification_controller.kube.leader import LeaderElector
-from notification_controller.store.base import Change, ObjectRef, ObjectStore
+from notification_controller.objects.base import Change, ObjectRef, ObjectStore
 from tests.e2e.apiserver import KubeTestServer
 
 REPO = Path(__file__).resolve().parents[2]

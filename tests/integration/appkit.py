@@ -11,9 +11,9 @@ from pathlib import Path
 import aiohttp
 
 from notification_controller.app import App
+from notification_controller.objects.local import LocalCluster
 from notification_controller.outbound import RetryPolicy
 from notification_controller.settings import EventSettings, ServerSettings, Settings, StoreSettings
-from notification_controller.store.local import LocalCluster
 
 FAST_RETRY = RetryPolicy(max_attempts=5, wait_min=0.01, wait_max=0.05)
 

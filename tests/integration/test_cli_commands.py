@@ -72,7 +72,7 @@ def test_dead_letters_on_a_missing_sqlite_file_is_an_error_and_creates_nothing(t
 def test_no_dead_letters_is_said_in_words(tmp_path: Path) -> None:
     import asyncio
 
-    from notification_controller.state.sqlite import SQLiteStore
+    from notification_controller.store.sqlite import SQLiteStore
 
     db = tmp_path / "nc.db"
 

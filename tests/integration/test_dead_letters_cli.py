@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from notification_controller.deadletters import main
-from notification_controller.state import NewItem, open_store
+from notification_controller.store import NewItem, open_store
 
 
 def _payload(alert: str, obj: str) -> bytes:
@@ -131,8 +131,8 @@ async def test_as_a_process(tmp_path: Path) -> None:
 def test_nats_credentials_come_from_files_never_the_url(tmp_path: Path) -> None:
     from notification_controller.errors import ConfigError
     from notification_controller.settings import StoreSettings
-    from notification_controller.state import store_from_settings
-    from notification_controller.state.nats import NATSStore
+    from notification_controller.store import store_from_settings
+    from notification_controller.store.nats import NATSStore
 
     secret = tmp_path / "password"
     secret.write_text("s3cret-from-a-mounted-secret\n")

@@ -29,8 +29,8 @@ from notification_controller.dispatch.builder import build
 from notification_controller.dispatch.dispatcher import Dispatcher
 from notification_controller.hooks import Hooks
 from notification_controller.metrics import EventMetrics
+from notification_controller.objects.base import ObjectStore
 from notification_controller.outbound import OutboundHTTP, RetryPolicy
-from notification_controller.store.base import ObjectStore
 from tests.support.capture import CapturedRequest, CaptureServer, Reply, mint_tls
 from tests.support.memory_cluster import MemoryCluster
 from tests.support.sinks import LogSink

@@ -19,9 +19,9 @@ from prometheus_client import CollectorRegistry
 
 from notification_controller.dispatch.labels import LabelCache, LabelCacheLimits, LookupResult
 from notification_controller.metrics import EventMetrics
+from notification_controller.objects.base import ObjectStore
+from notification_controller.objects.local import LocalCluster
 from notification_controller.settings import EventSettings
-from notification_controller.store.base import ObjectStore
-from notification_controller.store.local import LocalCluster
 from tests.integration.appkit import events_url, local_cluster, metric, running_app, write
 from tests.support.capture import CaptureServer
 

@@ -38,7 +38,7 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import RetentionPolicy, StorageType, StreamConfig
 
-from notification_controller.state.nats import DEFAULT_ELECTION_GRACE
+from notification_controller.store.nats import DEFAULT_ELECTION_GRACE
 from tests.support.controllers import ControllerProcess, FlakySink, event, manifests, post_event
 from tests.support.nats_server import nats_server_binary
 from tests.support.ports import free_port

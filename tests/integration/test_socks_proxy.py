@@ -8,12 +8,12 @@ import pytest
 
 from notification_controller.api.event import Event
 from notification_controller.errors import PermanentDeliveryError
+from notification_controller.objects.base import ObjectStore
+from notification_controller.objects.local import load_directory
 from notification_controller.outbound import OutboundHTTP, RetryPolicy
 from notification_controller.providers.base import DeliveryContext
 from notification_controller.providers.options import resolve_options
 from notification_controller.providers.registry import create_notifier
-from notification_controller.store.base import ObjectStore
-from notification_controller.store.local import load_directory
 from tests.support.capture import CaptureServer
 from tests.support.socks5 import Socks5Proxy
 

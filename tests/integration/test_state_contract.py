@@ -1,6 +1,6 @@
 """One contract, three backends: the memory, SQLite and NATS JetStream stores answer alike.
 
-The dispatcher will be written against ``state.base.Store`` only, so every backend must keep the same
+The dispatcher will be written against ``store.base.Store`` only, so every backend must keep the same
 semantics: leases, delayed retries, dead letters, the duplicate window and the KV's compare-and-set.
 Memory and SQLite run on a ``ManualClock`` (time moves when told); NATS keeps time on the server, so its
 ``advance`` really sleeps — the durations are kept around one second.
@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from notification_controller.lib.clock import ManualClock
-from notification_controller.state import NewItem, Store
-from notification_controller.state.memory import MemoryStore
-from notification_controller.state.nats import NATSStore
-from notification_controller.state.sqlite import SQLiteStore
+from notification_controller.store import NewItem, Store
+from notification_controller.store.memory import MemoryStore
+from notification_controller.store.nats import NATSStore
+from notification_controller.store.sqlite import SQLiteStore
 from tests.support.nats_server import run_nats_server
 
 ACK_WAIT = 1.0

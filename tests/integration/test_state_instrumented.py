@@ -9,8 +9,8 @@ from prometheus_client import CollectorRegistry
 
 from notification_controller.errors import StoreError
 from notification_controller.metrics import DeliveryMetrics
-from notification_controller.state import NewItem, open_store
-from notification_controller.state.instrumented import InstrumentedStore
+from notification_controller.store import NewItem, open_store
+from notification_controller.store.instrumented import InstrumentedStore
 
 
 def _healthy(store: InstrumentedStore) -> bool:

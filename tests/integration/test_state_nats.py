@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from notification_controller.errors import StoreError
-from notification_controller.state import NewItem, open_store
-from notification_controller.state.base import Lease, Retention
-from notification_controller.state.nats import NATSAuth, NATSStore
+from notification_controller.store import NewItem, open_store
+from notification_controller.store.base import Lease, Retention
+from notification_controller.store.nats import NATSAuth, NATSStore
 from tests.support.nats_server import run_nats_server
 
 

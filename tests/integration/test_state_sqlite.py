@@ -21,16 +21,16 @@ import pytest
 
 from notification_controller.errors import StoreError
 from notification_controller.lib.clock import ManualClock
-from notification_controller.state import NewItem
-from notification_controller.state.sqlite import SCHEMA_VERSION, SQLiteStore
+from notification_controller.store import NewItem
+from notification_controller.store.sqlite import SCHEMA_VERSION, SQLiteStore
 
 ROOT = Path(__file__).resolve().parents[2]
 
 WRITER = textwrap.dedent(
     """
     import asyncio, sys
-    from notification_controller.state import NewItem
-    from notification_controller.state.sqlite import SQLiteStore
+    from notification_controller.store import NewItem
+    from notification_controller.store.sqlite import SQLiteStore
 
     async def main(path: str, mode: str) -> None:
         store = SQLiteStore(path, ack_wait=3600)

@@ -36,6 +36,8 @@ from notification_controller.dispatch.builder import build
 from notification_controller.dispatch.dispatcher import Dispatcher
 from notification_controller.errors import KubeError
 from notification_controller.metrics import EventMetrics
+from notification_controller.objects.base import ObjectStore
+from notification_controller.objects.local import LOCAL_TOKEN_FILE_ANNOTATION, LocalCluster
 from notification_controller.outbound import OutboundHTTP, RetryPolicy
 from notification_controller.outbound.identity import (
     AZURE_AUDIENCE,
@@ -45,8 +47,6 @@ from notification_controller.outbound.identity import (
 )
 from notification_controller.outbound.tokens import TokenCache
 from notification_controller.settings import KubeSettings, ServerSettings, Settings, TokenCacheSettings
-from notification_controller.store.base import ObjectStore
-from notification_controller.store.local import LOCAL_TOKEN_FILE_ANNOTATION, LocalCluster
 from tests.integration.appkit import FAST_RETRY, local_cluster, post_event
 from tests.support.capture import CapturedRequest, CaptureServer, Reply
 from tests.support.recording_cluster import RecordingCluster

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from notification_controller.errors import KubeError
-from notification_controller.store.base import ObjectRef
+from notification_controller.objects.base import ObjectRef
 
 Key = tuple[str, str, str, str]  # (group, kind, namespace, name)
 

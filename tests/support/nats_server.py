@@ -10,7 +10,7 @@ server configuration that trusts them (memory resolver) and the user's ``.creds`
 exercise decentralised JWT authentication without the ``nsc`` tool.
 
 ``run_nats_server(jetstream=True, store_dir=DIR)`` adds JetStream (``-js -sd DIR``) for the state layer's
-tests (``notification_controller/state/nats.py``); pass the same ``store_dir`` and the ``port`` of a
+tests (``notification_controller/store/nats.py``); pass the same ``store_dir`` and the ``port`` of a
 previous run to restart "the same" server and check what survived.
 """
 

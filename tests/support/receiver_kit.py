@@ -32,12 +32,12 @@ from notification_controller.api.common import Secret
 from notification_controller.api.receiver import Receiver
 from notification_controller.core.webhook import webhook_path
 from notification_controller.lib.clock import ManualClock
+from notification_controller.objects.base import ObjectStore
 from notification_controller.server.receivers import (
     ReceiverServerSettings,
     create_receiver_app,
     runner_kwargs,
 )
-from notification_controller.store.base import ObjectStore
 from tests.support.memory_cluster import MemoryCluster
 
 TOKEN = "s3cr3t-receiver-token"

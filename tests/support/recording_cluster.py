@@ -20,7 +20,7 @@ from notification_controller.api.common import ObjectStatus, Secret
 from notification_controller.api.objects import Object
 from notification_controller.api.receiver import Receiver, ReceiverStatus
 from notification_controller.errors import KubeError
-from notification_controller.store.base import ObjectRef, ObjectStore
+from notification_controller.objects.base import ObjectRef, ObjectStore
 
 
 @dataclass(frozen=True)

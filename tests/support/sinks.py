@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from notification_controller.store.base import ObjectRef
+from notification_controller.objects.base import ObjectRef
 
 
 @dataclass

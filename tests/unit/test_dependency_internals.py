@@ -7,7 +7,7 @@ downstream as a wrong status code, a slower start or a lost shared object:
 * ``server/http1.py`` on httptools (llhttp): a header arrives whole (concatenated across reads), an
   exception raised in a callback comes back wrapped with the original as ``__context__``, an Upgrade stops
   the parser after a completed message, strict framing, ``feed_data`` takes a memoryview;
-* ``store/yamldoc.py`` on PyYAML's C loader: the C composer looks ``resolve`` and the path-resolver hooks
+* ``objects/yamldoc.py`` on PyYAML's C loader: the C composer looks ``resolve`` and the path-resolver hooks
   up on the instance (so replacing them there takes effect), a safe loader has no path resolvers, and the
   node classes and ``construct_object`` it hands work back to;
 * ``kube/library.py`` on kubernetes_asyncio's module layout: which submodules hold what it imports, and
@@ -41,7 +41,7 @@ from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 from notification_controller.api.common import share_fields_sets, with_fields
 from notification_controller.core.cel import _loader
 from notification_controller.kube import library
-from notification_controller.store import yamldoc
+from notification_controller.objects import yamldoc
 
 _cel: Any = _loader._load_extension()  # the module core/cel uses (cached: loaded once per process)
 
@@ -137,7 +137,7 @@ def test_llhttp_is_strict_about_framing(request_bytes: bytes) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# PyYAML's C loader — store/yamldoc.py
+# PyYAML's C loader — objects/yamldoc.py
 # ---------------------------------------------------------------------------------------------------------
 
 

@@ -43,7 +43,7 @@ from notification_controller.kube.informer import (
 )
 from notification_controller.kube.leader import LeaderElector, micro_time
 from notification_controller.lib.retryafter import parse_retry_after
-from notification_controller.store.base import Change, ObjectStore
+from notification_controller.objects.base import Change, ObjectStore
 
 SECRET_VALUE = "s3cr3t-t0ken-value"
 

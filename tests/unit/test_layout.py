@@ -23,9 +23,9 @@ PENDING_MOVE: dict[str, str] = {
     "outbound/h1client.py": "tests/unit/test_h1client.py",
     "sandbox/pool.py": "tests/unit/test_sandbox_pool.py",
     "core/noise.py": "tests/unit/test_noise.py",
-    "state/memory.py": "tests/unit/test_state_memory.py",
-    "state/sqlite.py": "tests/unit/test_sqlite_store.py",
-    "state/nats.py": "tests/unit/test_state_nats_replicas.py",
+    "store/memory.py": "tests/unit/test_state_memory.py",
+    "store/sqlite.py": "tests/unit/test_sqlite_store.py",
+    "store/nats.py": "tests/unit/test_state_nats_replicas.py",
     "server/http1.py": "tests/unit/test_http1.py",
     "outbound/request.py": "tests/unit/test_outbound_wire.py",
 }
@@ -124,9 +124,9 @@ THROUGH: dict[str, str] = {
     "receivers/signatures.py": "tests/adversarial/test_constant_time.py",
     "sandbox/protocol.py": "tests/unit/test_sandbox_pool.py",
     "sandbox/worker.py": "tests/unit/test_sandbox_pool.py",
-    # state/: one contract suite over every store
-    "state/base.py": "tests/integration/test_state_contract.py",
-    "state/instrumented.py": "tests/integration/test_state_instrumented.py",
+    # store/: one contract suite over every backend
+    "store/base.py": "tests/integration/test_state_contract.py",
+    "store/instrumented.py": "tests/integration/test_state_instrumented.py",
 }
 
 

@@ -45,7 +45,7 @@ def run(code: str) -> Any:
 def test_local_mode_imports_none_of_the_heavy_packages() -> None:
     modules = run(
         "import json, sys\n"
-        "import notification_controller.cli, notification_controller.app, notification_controller.store.local\n"
+        "import notification_controller.cli, notification_controller.app, notification_controller.objects.local\n"
         "import notification_controller.server.receivers\n"
         "print(json.dumps(sorted(sys.modules)))"
     )

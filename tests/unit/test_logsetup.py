@@ -69,7 +69,7 @@ async def test_a_reconcile_error_is_logged_with_fluxs_keys(restore_logging: None
     from notification_controller.controllers.manager import ControllerManager
     from notification_controller.errors import KubeError
     from notification_controller.lib.clock import ManualClock
-    from notification_controller.store.base import ObjectStore
+    from notification_controller.objects.base import ObjectStore
     from tests.support.recording_cluster import RecordingCluster
 
     stream = io.StringIO()

@@ -43,10 +43,10 @@ from notification_controller.dispatch.noise import SCAN_PER_TICK, NoiseControl, 
 from notification_controller.errors import StoreError
 from notification_controller.lib.clock import ManualClock
 from notification_controller.metrics import NoiseMetrics
+from notification_controller.objects.base import ObjectStore
 from notification_controller.settings import NoiseControlSettings
-from notification_controller.state.base import KVEntry
-from notification_controller.state.memory import MemoryStore
-from notification_controller.store.base import ObjectStore
+from notification_controller.store.base import KVEntry
+from notification_controller.store.memory import MemoryStore
 
 NS = "flux-system"
 

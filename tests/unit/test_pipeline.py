@@ -23,9 +23,9 @@ from notification_controller.dispatch.lanes import MemoryLanes
 from notification_controller.dispatch.model import Delivery, Draft, Drop, DropReason, Notification, Ref
 from notification_controller.errors import ControllerError
 from notification_controller.metrics import EventMetrics
+from notification_controller.objects.base import ObjectStore
 from notification_controller.outbound import OutboundHTTP, RetryPolicy
 from notification_controller.providers.message import Message
-from notification_controller.store.base import ObjectStore
 from tests.support.capture import CaptureServer, Reply
 from tests.support.memory_cluster import MemoryCluster
 from tests.support.sinks import LogSink

@@ -41,7 +41,7 @@ from notification_controller.core.redact import Redactor
 from notification_controller.core.webhook import webhook_path
 from notification_controller.errors import KubeError
 from notification_controller.lib.clock import ManualClock
-from notification_controller.store.base import Change, Key, ObjectRef, ObjectStore
+from notification_controller.objects.base import Change, Key, ObjectRef, ObjectStore
 from tests.support.capture import mint_tls
 from tests.support.recording_cluster import RecordingCluster
 

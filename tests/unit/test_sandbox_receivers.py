@@ -13,12 +13,12 @@ import pytest
 from notification_controller.api.receiver import OIDCProvider
 from notification_controller.errors import VerificationError
 from notification_controller.lib.clock import SystemClock
+from notification_controller.objects.base import ObjectStore
+from notification_controller.objects.local import LocalCluster
 from notification_controller.receivers import generic_oidc
 from notification_controller.receivers.base import VerifyContext
 from notification_controller.receivers.targets import Trigger, compile_filters
 from notification_controller.sandbox import SandboxPool, SandboxSettings
-from notification_controller.store.base import ObjectStore
-from notification_controller.store.local import LocalCluster
 from tests.support.receiver_kit import GIT, make_receiver
 
 N = "res.metadata.name.split('')"

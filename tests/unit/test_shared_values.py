@@ -30,8 +30,8 @@ from notification_controller.controllers.base import ReverseIndex
 from notification_controller.controllers.events import EventRecorder
 from notification_controller.controllers.provider import ProviderReconciler
 from notification_controller.lib.clock import ManualClock
-from notification_controller.store.base import ObjectStore
-from notification_controller.store.local import LocalCluster, LocalManifests, load_directory
+from notification_controller.objects.base import ObjectStore
+from notification_controller.objects.local import LocalCluster, LocalManifests, load_directory
 
 NOW = datetime(2026, 1, 1, 12, 30, 5, tzinfo=UTC)
 

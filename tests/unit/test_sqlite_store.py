@@ -18,8 +18,8 @@ import pytest
 
 from notification_controller.errors import StoreError
 from notification_controller.lib.clock import ManualClock
-from notification_controller.state.base import NewItem, Retention
-from notification_controller.state.sqlite import SWEEP_CHUNK, SQLiteStore
+from notification_controller.store.base import NewItem, Retention
+from notification_controller.store.sqlite import SWEEP_CHUNK, SQLiteStore
 
 DAY = 86400.0
 

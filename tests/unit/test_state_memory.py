@@ -13,10 +13,10 @@ import pytest
 
 from notification_controller.errors import ConfigError
 from notification_controller.lib.clock import ManualClock
-from notification_controller.state import NewItem, open_store
-from notification_controller.state.memory import MemoryStore
-from notification_controller.state.nats import NATSStore
-from notification_controller.state.sqlite import SQLiteStore
+from notification_controller.store import NewItem, open_store
+from notification_controller.store.memory import MemoryStore
+from notification_controller.store.nats import NATSStore
+from notification_controller.store.sqlite import SQLiteStore
 
 
 async def test_state_is_per_store_object() -> None:

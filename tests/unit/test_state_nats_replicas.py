@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from notification_controller.state import open_store
-from notification_controller.state.nats import MAX_REPLICAS, NATSStore, replicas_for
+from notification_controller.store import open_store
+from notification_controller.store.nats import MAX_REPLICAS, NATSStore, replicas_for
 
 
 def members(n: int) -> list[str]:

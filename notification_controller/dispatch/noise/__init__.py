@@ -7,7 +7,7 @@ repeat → group (one module each: ``filter.py``, ``threshold.py``, ``statechang
 Alert goes through exactly as before. A suppressed event is a ``Drop(suppressed=True)``: counted in
 ``notification_suppressed_total{reason}`` and logged at debug level, never silently.
 
-State lives in the state layer's KV (``state/``): with ``--store=memory`` in this process (lost on
+State lives in the store's KV (``store/``, the ``--store`` flag): with ``--store=memory`` in this process (lost on
 restart, not shared), with ``sqlite:`` across restarts, with ``nats://`` across replicas. Writes are
 compare-and-set, so two replicas counting the same object never lose an arrival. Keys are digests of the
 Alert and of what the state is about (user text never reaches a key verbatim).
@@ -39,10 +39,10 @@ from __future__ import annotations
 
 from ...lib.clock import Clock
 from ...metrics import NoiseMetrics
+from ...objects.base import ObjectStore
 from ...sandbox import SandboxPool
 from ...settings import NoiseControlSettings
-from ...state.base import Store
-from ...store.base import ObjectStore
+from ...store.base import Store
 from ..model import Delivery, Draft
 from ..stage import Stage, StageLike
 from .filter import Filter

@@ -16,9 +16,9 @@ from ...lib.clock import Clock
 from ...lib.deadlines import Deadlines
 from ...lib.duration import parse_duration
 from ...metrics import NoiseMetrics
+from ...objects.base import ObjectStore
 from ...settings import NoiseControlSettings
-from ...state.base import Store
-from ...store.base import ObjectStore
+from ...store.base import Store
 from ..model import Draft, Drop
 
 log = logging.getLogger(__package__)  # one logger for the feature: notification_controller.dispatch.noise

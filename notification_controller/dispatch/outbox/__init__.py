@@ -7,7 +7,7 @@ delivery of what the memory lanes deliver at most once.
 * ``policy.py``: when to redeliver (``RedeliveryPolicy``) and the runner's settings;
 * ``breaker.py``: the circuit breaker of one lane.
 
-The items themselves live in the state layer (``state/``: ``append``, ``lease``, ``ack``…); the
+The items themselves live in the store (``store/``, the ``--store`` flag: ``append``, ``lease``, ``ack``…); the
 ``deadletters`` command lists and replays what was given up.
 """
 

@@ -20,8 +20,8 @@ from ...errors import ControllerError
 from ...lib.clock import Clock
 from ...logsetup import fields, object_fields
 from ...metrics import DeliveryMetrics
-from ...state.base import LaneStats, Lease, NewItem, Store
-from ...store.base import ObjectRef, ObjectStore
+from ...objects.base import ObjectRef, ObjectStore
+from ...store.base import LaneStats, Lease, NewItem, Store
 from ..model import DeliveryOutcome, Notification, Result
 from ..report import Reporter
 from .breaker import BreakerState

@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable
 
 from ...errors import StoreError
 from ...lib.clock import Clock, SystemClock
-from ...state.base import LaneStats, Lease, Store
+from ...store.base import LaneStats, Lease, Store
 from ..model import DeliveryOutcome, Result
 from .breaker import BreakerState, CircuitBreaker
 from .policy import DurableSettings

@@ -38,7 +38,7 @@ from notification_controller.core.redact import (
     redact_urls_in,
     secret_mask_values,
 )
-from notification_controller.store.base import ObjectStore, secret_data
+from notification_controller.objects.base import ObjectStore, secret_data
 
 TOKEN = "tok3n-4a8f1c2e9b"
 PASSWORD = "pa55-w0rd-c4n4ry"

@@ -19,13 +19,13 @@ from notification_controller.dispatch.builder import Pipeline, build
 from notification_controller.dispatch.model import Delivery, Drop
 from notification_controller.lib.clock import SystemClock
 from notification_controller.metrics import DeliveryMetrics, EventMetrics, NoiseMetrics
+from notification_controller.objects.base import ObjectStore
 from notification_controller.outbound import OutboundHTTP
 from notification_controller.sandbox import SandboxPool
 from notification_controller.settings import SandboxSettings
-from notification_controller.state import open_store
-from notification_controller.state.instrumented import InstrumentedStore
-from notification_controller.state.memory import MemoryStore
-from notification_controller.store.base import ObjectStore
+from notification_controller.store import open_store
+from notification_controller.store.instrumented import InstrumentedStore
+from notification_controller.store.memory import MemoryStore
 from tests.support.memory_cluster import MemoryCluster
 from tests.support.sinks import LogSink
 

@@ -27,8 +27,8 @@ from notification_controller.core.metadata import _combine_with_sources, combine
 from notification_controller.dispatch.builder import build
 from notification_controller.lib.gojson import GoStruct, _dumps_stdlib, _sort_maps, dumps
 from notification_controller.metrics import EventMetrics
+from notification_controller.objects.base import ObjectStore
 from notification_controller.outbound import OutboundHTTP, OutboundRequest, RetryPolicy
-from notification_controller.store.base import ObjectStore
 from tests.support.capture import CaptureServer
 from tests.support.memory_cluster import MemoryCluster
 from tests.support.sinks import LogSink

@@ -28,6 +28,7 @@ from notification_controller.dispatch.notifiers import NotifierCache
 from notification_controller.dispatch.report import Reporter
 from notification_controller.errors import DeliveryError, FailureReason
 from notification_controller.metrics import EventMetrics
+from notification_controller.objects.base import ObjectStore
 from notification_controller.outbound import (
     IDEMPOTENCY_KEY,
     OutboundHTTP,
@@ -36,7 +37,6 @@ from notification_controller.outbound import (
     shared_headers,
 )
 from notification_controller.providers.message import Message
-from notification_controller.store.base import ObjectStore
 from tests.support.capture import CaptureServer, Reply
 from tests.support.sinks import LogSink
 

@@ -34,8 +34,8 @@ from notification_controller.core.redact import Redactor
 from notification_controller.hooks import Hooks
 from notification_controller.hooks.client import error_answer
 from notification_controller.lib.clock import ManualClock
+from notification_controller.objects.base import ObjectStore
 from notification_controller.outbound import OutboundHTTP
-from notification_controller.store.base import ObjectStore
 from tests.support.capture import CaptureServer, Reply
 from tests.support.recording_cluster import RecordingCluster
 

@@ -21,11 +21,11 @@ from notification_controller.core.ratelimit import FixedWindowLimiter
 from notification_controller.dispatch.duplicates import SharedDuplicateWindow
 from notification_controller.lib.clock import SystemClock
 from notification_controller.metrics import EventMetrics
+from notification_controller.objects.base import ObjectStore
 from notification_controller.outbound import OutboundHTTP
 from notification_controller.server.events import EventEndpoint
 from notification_controller.server.http1 import Request, Response
-from notification_controller.state.memory import MemoryStore
-from notification_controller.store.base import ObjectStore
+from notification_controller.store.memory import MemoryStore
 from tests.adversarial.kit import event_body
 
 

@@ -23,8 +23,8 @@ from notification_controller.dispatch.outbox import (
     RedeliveryPolicy,
 )
 from notification_controller.lib.clock import ManualClock
-from notification_controller.state import NewItem, Store, open_store
-from notification_controller.state.base import Lease
+from notification_controller.store import NewItem, Store, open_store
+from notification_controller.store.base import Lease
 
 FAST = DurableSettings(
     max_age=30.0,

@@ -19,7 +19,7 @@ Loading 10,000 Alerts spent 1.2 s there (issue 17, start-up to Ready). Here:
 Measured against ``yaml.load(text, Loader=yaml.CSafeLoader)`` (the cheapest honest way to do the same work;
 PyYAML 6.0.4 with libyaml): 2,000 Alert manifests of 25 lines, 9 alternating rounds on the loaded 2-core
 machine (issue 24), medians of two runs: 290 ms here against 792 ms, then 143 against 350 ms (2.7x, 2.5x).
-``tests/unit/store/test_yamldoc.py`` proves the results are ``yaml.load``'s (values, errors, anchors, the
+``tests/unit/objects/test_yamldoc.py`` proves the results are ``yaml.load``'s (values, errors, anchors, the
 pure-Python fallback).
 
 What it leans on in PyYAML, none of it documented API: the C composer looks ``resolve``,

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from notification_controller.api.alert import Alert
 from notification_controller.api.event import Event
 from notification_controller.core.matching import SourceMatch, compile_alert
-from notification_controller.store.base import ObjectStore
+from notification_controller.objects.base import ObjectStore
 
 NAMESPACES = ["a", "b"]
 KINDS = ["Kustomization", "GitRepository"]

@@ -12,8 +12,8 @@ from notification_controller.api.common import Secret
 from notification_controller.api.objects import parse_object
 from notification_controller.api.provider import Provider
 from notification_controller.errors import ConfigError, ManifestError
-from notification_controller.store.base import ObjectStore
-from notification_controller.store.local import LocalCluster, LocalManifests, load_directory
+from notification_controller.objects.base import ObjectStore
+from notification_controller.objects.local import LocalCluster, LocalManifests, load_directory
 
 GOOD = """\
 apiVersion: notification.toolkit.fluxcd.io/v1beta3

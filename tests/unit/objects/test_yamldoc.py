@@ -12,8 +12,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from notification_controller.store import yamldoc
-from notification_controller.store.local import _UID_NS, stable_uid
+from notification_controller.objects import yamldoc
+from notification_controller.objects.local import _UID_NS, stable_uid
 
 REFERENCE = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 ROOT = Path(__file__).resolve().parents[3]
