@@ -6,7 +6,7 @@ container or a timing wheel because deadlines are arbitrary floats (TTLs from a 
 the only questions are "what has passed" and "what comes next". A key given a new deadline leaves a
 stale heap entry behind, skipped when it comes up; the heap is rebuilt from the dict when stale entries
 outnumber live ones, so it holds at most twice the live keys plus 1,024. Measured: 200,000 keys set,
-then all expired in one sweep, in ``tests/unit/test_state_memory.py`` (sweep of 1,000 expired among
+then all expired in one sweep, in ``tests/unit/store/test_memory.py`` (sweep of 1,000 expired among
 200,000 live ones: O(1,000), not O(200,000)).
 """
 

@@ -21,7 +21,7 @@ does.
   ``core/templates.py`` or ``core/cel``) comes back as the usual ``TemplateError``/``CELEvalError``.
 
 Cost, measured on this 2-core machine under the other test load (1,000 sequential jobs, one worker,
-``tests/unit/test_sandbox_pool.py``'s shapes): a round trip is 0.12–0.19 ms for a one-line template or a
+``tests/unit/sandbox/test_pool.py``'s shapes): a round trip is 0.12–0.19 ms for a one-line template or a
 CEL filter with a comprehension (orjson both ways, two pipe writes, two context switches), against
 ~15 µs for the same render and ~35–60 µs for a CEL evaluation in process; a worker costs ~27 MB RSS and
 ~0.2 s to start (Jinja2 and the CEL extension imported before its first job). That is why an inline-safe

@@ -52,7 +52,7 @@ What it does, and only this:
   period, then abort.
 
 Measured against: aiohttp 3.x's server and Go 1.22's net/http, on the cases of
-``tests/adversarial/test_listener_abuse.py`` (statuses) and ``tests/unit/test_http1.py``; for CPU, aiohttp's
+``tests/adversarial/test_listener_abuse.py`` (statuses) and ``tests/unit/server/test_http1.py``; for CPU, aiohttp's
 server in ``python -m bench`` (the figures above; 6.9 µs per request on a fake transport with the issue 23
 limits).
 

@@ -16,20 +16,6 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "notification_controller"
 TESTS = ROOT / "tests"
 
-# Tested by a file named after the module that still sits at the tests/unit root because another change was
-# editing it when the rest moved (issue 24): move it to tests/unit/<package>/test_<module>.py, then drop the line.
-PENDING_MOVE: dict[str, str] = {
-    "controllers/queue.py": "tests/unit/test_queue.py",
-    "outbound/h1client.py": "tests/unit/test_h1client.py",
-    "sandbox/pool.py": "tests/unit/test_sandbox_pool.py",
-    "core/noise.py": "tests/unit/test_noise.py",
-    "store/memory.py": "tests/unit/test_state_memory.py",
-    "store/sqlite.py": "tests/unit/test_sqlite_store.py",
-    "store/nats.py": "tests/unit/test_state_nats_replicas.py",
-    "server/http1.py": "tests/unit/test_http1.py",
-    "outbound/request.py": "tests/unit/test_outbound_wire.py",
-}
-
 # Tested through another module's tests or through the process (module -> the test file that covers it).
 THROUGH: dict[str, str] = {
     # models: validated by the CRD tests and the bad-manifest battery
@@ -66,23 +52,22 @@ THROUGH: dict[str, str] = {
     # re-export shims (issue 24 item 3 deletes them)
     "lib/buildinfo.py": "tests/unit/test_version.py",
     "lib/signing.py": "tests/integration/test_templates_app.py",
-    "lib/deadlines.py": "tests/unit/test_state_memory.py",
+    "lib/deadlines.py": "tests/unit/store/test_memory.py",
     # the event path: the pipeline's pieces through the dispatcher's tests and the app (test_pipeline.py and
     # test_noise.py move to tests/unit/dispatch/ once THREAT_MODEL.md names them there)
-    "dispatch/dispatcher.py": "tests/unit/test_pipeline.py",
-    "dispatch/model.py": "tests/unit/test_pipeline.py",
+    "dispatch/model.py": "tests/unit/dispatch/test_dispatcher.py",
     "dispatch/matcher.py": "tests/integration/test_event_path.py",
     "dispatch/rules.py": "tests/integration/test_event_path.py",
     "dispatch/notifiers.py": "tests/unit/dispatch/test_lanes.py",
     "dispatch/report.py": "tests/unit/dispatch/test_lanes.py",
-    "dispatch/noise/filter.py": "tests/unit/test_noise.py",
-    "dispatch/noise/flush.py": "tests/unit/test_noise.py",
-    "dispatch/noise/groups.py": "tests/unit/test_noise.py",
-    "dispatch/noise/repeat.py": "tests/unit/test_noise.py",
-    "dispatch/noise/state.py": "tests/unit/test_noise.py",
-    "dispatch/noise/statechange.py": "tests/unit/test_noise.py",
-    "dispatch/noise/threads.py": "tests/unit/test_noise.py",
-    "dispatch/noise/threshold.py": "tests/unit/test_noise.py",
+    "dispatch/noise/filter.py": "tests/unit/core/test_noise.py",
+    "dispatch/noise/flush.py": "tests/unit/core/test_noise.py",
+    "dispatch/noise/groups.py": "tests/unit/core/test_noise.py",
+    "dispatch/noise/repeat.py": "tests/unit/core/test_noise.py",
+    "dispatch/noise/state.py": "tests/unit/core/test_noise.py",
+    "dispatch/noise/statechange.py": "tests/unit/core/test_noise.py",
+    "dispatch/noise/threads.py": "tests/unit/core/test_noise.py",
+    "dispatch/noise/threshold.py": "tests/unit/core/test_noise.py",
     "dispatch/outbox/breaker.py": "tests/unit/dispatch/outbox/test_runner.py",
     "dispatch/outbox/policy.py": "tests/unit/dispatch/outbox/test_runner.py",
     "dispatch/outbox/queue.py": "tests/integration/test_durable_delivery.py",
@@ -122,8 +107,8 @@ THROUGH: dict[str, str] = {
     "receivers/guards.py": "tests/integration/test_receiver_server.py",
     "receivers/targets.py": "tests/integration/test_receiver_server.py",
     "receivers/signatures.py": "tests/adversarial/test_constant_time.py",
-    "sandbox/protocol.py": "tests/unit/test_sandbox_pool.py",
-    "sandbox/worker.py": "tests/unit/test_sandbox_pool.py",
+    "sandbox/protocol.py": "tests/unit/sandbox/test_pool.py",
+    "sandbox/worker.py": "tests/unit/sandbox/test_pool.py",
     # store/: one contract suite over every backend
     "store/base.py": "tests/integration/test_state_contract.py",
     "store/instrumented.py": "tests/integration/test_state_instrumented.py",
@@ -146,16 +131,13 @@ def has_own_test(module: str, tests: list[Path]) -> bool:
 
 def test_every_module_has_a_test_file_or_says_which_test_covers_it() -> None:
     tests = sorted(TESTS.rglob("test_*.py"))
-    missing = [
-        m for m in modules() if not has_own_test(m, tests) and m not in PENDING_MOVE and m not in THROUGH
-    ]
+    missing = [m for m in modules() if not has_own_test(m, tests) and m not in THROUGH]
     assert missing == [], f"no tests/**/test_<module>.py and no entry in tests/unit/test_layout.py: {missing}"
 
 
 def test_the_allow_lists_are_current() -> None:
     tests = sorted(TESTS.rglob("test_*.py"))
-    assert not set(PENDING_MOVE) & set(THROUGH)
-    for module, test in {**PENDING_MOVE, **THROUGH}.items():
+    for module, test in THROUGH.items():
         assert (PACKAGE / module).is_file(), f"{module} is gone: drop its entry"
         assert (ROOT / test).is_file(), f"{test} (for {module}) is gone"
         assert not has_own_test(module, tests), f"{module} has its own test file now: drop its entry"

@@ -34,7 +34,7 @@ other processes opened."""
 SCAN_PER_TICK = 256
 """Durable stores: slots read per tick at most (all Alerts together): the slots of 20,000 groups are
 20,000 reads through SQLite's one thread or NATS's round trips, spread over ticks rather than queued
-ahead of the events in one burst (``tests/unit/test_noise.py`` counts the reads per tick)."""
+ahead of the events in one burst (``tests/unit/core/test_noise.py`` counts the reads per tick)."""
 _SUSPENDED_RETRY = 30.0
 SLOTS_TTL = 7 * 24 * 3600.0
 """Life of an Alert's slot counter (17 bytes) after its last new group: longer than any slot it handed

@@ -47,7 +47,7 @@ def test_the_url_without_replicas_leaves_the_choice_to_the_cluster() -> None:
 
 def test_config_ha_asks_for_the_clusters_size_or_more() -> None:
     """The URL ``config/ha`` ships must not pin one copy (what lost accepted notifications)."""
-    patch = (Path(__file__).resolve().parents[2] / "config/ha/deployment-patch.yaml").read_text()
+    patch = (Path(__file__).resolve().parents[3] / "config/ha/deployment-patch.yaml").read_text()
     (url,) = re.findall(r"--store=(\S+)", patch)
     store = open_store(url)
     assert isinstance(store, NATSStore)
