@@ -568,5 +568,7 @@ def create_receiver_app(
     app[SERVER_KEY] = server
     app.on_cleanup.append(close)
     handler: Callable[[web.Request], Awaitable[web.StreamResponse]] = server.handle
-    app.router.add_route("*", "/{tail:.*}", handler)
+    # every path reaches the handler (its 404 has an empty body): "." stops at a percent-decoded line break, and
+    # aiohttp's own 404 would answer "/hook/%0A" with a text body
+    app.router.add_route("*", r"/{tail:[\s\S]*}", handler)
     return app
