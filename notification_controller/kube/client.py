@@ -73,7 +73,7 @@ Query = Sequence[tuple[str, str]]
 
 
 # ---- throttling -----------------------------------------------------------------------------------
-class TokenBucket:
+class ClientThrottle:
     """client-go's ``flowcontrol`` throttle: ``qps`` tokens per second, at most ``burst`` saved, on the one
     token bucket (``lib/tokenbucket.py``). ``reserve()`` takes a token now and returns how long the caller
     must wait for it, so waiters are served in arrival order without a lock. ``qps <= 0`` disables it.
@@ -285,7 +285,7 @@ class KubeClient:
         self.source = source
         self.timeout = timeout
         self.on_request = on_request  # (code, method, host) per attempt: rest_client_requests_total
-        self.bucket = TokenBucket(qps, burst)
+        self.bucket = ClientThrottle(qps, burst)
         self._api = self._new_api_client(configuration)
         self._retired: list[Any] = []
         self._reload_lock = asyncio.Lock()

@@ -3,7 +3,7 @@
 Both are objects owned by the server (never module globals), bounded in memory, and driven by an injected
 ``Clock`` so tests move time instead of sleeping.
 
-* ``TokenBucket``: ``rate`` requests per second with bursts of ``burst`` per key (a Receiver). A refused
+* ``ReceiverRateLimit``: ``rate`` requests per second with bursts of ``burst`` per key (a Receiver). A refused
   request learns how long to wait (``Retry-After``). ``rate <= 0`` disables limiting.
 * ``ReplayCache``: delivery ids seen within ``ttl`` seconds. ``claim`` marks an id before its targets are
   patched (so two concurrent copies of one delivery patch once); ``release`` forgets it when patching failed,
@@ -24,7 +24,7 @@ from ..lib.tokenbucket import KeyedBuckets, retry_after_header
 from ..store.base import Store
 
 
-class TokenBucket:
+class ReceiverRateLimit:
     """Per-Receiver buckets (``lib/tokenbucket.py``) read on the injected clock."""
 
     def __init__(self, rate: float, burst: int, clock: Clock, *, max_keys: int = 100_000) -> None:

@@ -5,6 +5,6 @@ Receiver filters, generic-oidc claims) evaluated in worker processes bounded in 
 from __future__ import annotations
 
 from ..settings import SandboxSettings
-from .pool import ExpressionFailed, FailureReason, SandboxFailure, SandboxPool
+from .pool import ExpressionFailed, SandboxFailure, SandboxPool, SandboxReason
 
-__all__ = ["ExpressionFailed", "FailureReason", "SandboxFailure", "SandboxPool", "SandboxSettings"]
+__all__ = ["ExpressionFailed", "SandboxFailure", "SandboxPool", "SandboxReason", "SandboxSettings"]

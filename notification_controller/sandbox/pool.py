@@ -57,7 +57,7 @@ log = logging.getLogger(__name__)
 MIB = 1024 * 1024
 
 
-class FailureReason(StrEnum):
+class SandboxReason(StrEnum):
     TIMEOUT = "timeout"  # over the job's wall timeout: the worker was killed and replaced
     MEMORY = "memory"  # over the worker's address-space limit (MemoryError, or an abort in native code)
     CRASHED = "crashed"  # the worker died otherwise
@@ -69,9 +69,9 @@ class FailureReason(StrEnum):
 
 class SandboxFailure(ControllerError):
     """The sandbox could not evaluate the expression; ``reason`` says why (not the expression's fault
-    alone: see ``FailureReason``)."""
+    alone: see ``SandboxReason``)."""
 
-    def __init__(self, reason: FailureReason, message: str) -> None:
+    def __init__(self, reason: SandboxReason, message: str) -> None:
         super().__init__(message)
         self.reason = reason
 
@@ -136,7 +136,7 @@ class _Worker:
             self.stdin.close()
         await self.proc.wait()
 
-    async def exit_reason(self) -> FailureReason:
+    async def exit_reason(self) -> SandboxReason:
         """Why the worker ended (it closed its pipe): memory (MemoryError, exit 3; or an abort: the Rust
         allocator aborts when the address-space limit refuses it memory) or a crash."""
         with contextlib.suppress(TimeoutError):
@@ -144,8 +144,8 @@ class _Worker:
                 await self.proc.wait()
         code = self.proc.returncode
         if code in (3, -signal.SIGABRT, -signal.SIGSEGV):
-            return FailureReason.MEMORY  # SIGSEGV: a stack/heap overflow under the limit
-        return FailureReason.CRASHED
+            return SandboxReason.MEMORY  # SIGSEGV: a stack/heap overflow under the limit
+        return SandboxReason.CRASHED
 
 
 class SandboxPool:
@@ -214,14 +214,14 @@ class SandboxPool:
         # (data it controls) keeps working
         key = hashlib.blake2b(f"{namespace}\0{job['kind']}\0{source}".encode(), digest_size=16).hexdigest()
         if self._quarantined(key):
-            raise self._failure(kind, FailureReason.QUARANTINED, "the expression overran recently")
+            raise self._failure(kind, SandboxReason.QUARANTINED, "the expression overran recently")
         if not self._running:
-            raise self._failure(kind, FailureReason.CLOSED, "the sandbox is not running")
+            raise self._failure(kind, SandboxReason.CLOSED, "the sandbox is not running")
         queue = self._queues.get(namespace)
         if self._waiting >= self.settings.max_queue or (
             queue is not None and len(queue) >= self.settings.per_namespace
         ):
-            raise self._failure(kind, FailureReason.OVERLOAD, "too many expressions wait for the sandbox")
+            raise self._failure(kind, SandboxReason.OVERLOAD, "too many expressions wait for the sandbox")
         ident = next(self._ids)
         try:
             frame = protocol.encode({**job, "id": ident})
@@ -255,7 +255,7 @@ class SandboxPool:
         while len(self._quarantine) > self.settings.quarantine_size:
             self._quarantine.popitem(last=False)
 
-    def _failure(self, kind: str, reason: FailureReason, message: str) -> SandboxFailure:
+    def _failure(self, kind: str, reason: SandboxReason, message: str) -> SandboxFailure:
         self.failures.labels(kind=kind, reason=reason.value).inc()
         return SandboxFailure(reason, f"sandbox: {message} ({reason.value})")
 
@@ -278,7 +278,7 @@ class SandboxPool:
         while self._ring:
             job = self._take()
             if job is not None:
-                job.future.set_exception(self._failure(job.kind, FailureReason.CLOSED, "shutting down"))
+                job.future.set_exception(self._failure(job.kind, SandboxReason.CLOSED, "shutting down"))
 
     # ---- the worker slots ----------------------------------------------------------------------------------
     async def _slot(self) -> None:
@@ -294,7 +294,7 @@ class SandboxPool:
                         worker = await self._start_worker()
                     except (OSError, protocol.FrameError, asyncio.IncompleteReadError, TimeoutError) as exc:
                         log.error("sandbox: cannot start a worker process: %s", type(exc).__name__)
-                        self._settle(job, FailureReason.CRASHED, "no worker process")
+                        self._settle(job, SandboxReason.CRASHED, "no worker process")
                         worker = None
                         await asyncio.sleep(1.0)  # do not spin on a broken installation
                         continue
@@ -319,7 +319,7 @@ class SandboxPool:
                 answer = await worker.read()
         except TimeoutError:
             await worker.kill()
-            self._overran(job, FailureReason.TIMEOUT, f"over {self.settings.timeout * 1000:g} ms", started)
+            self._overran(job, SandboxReason.TIMEOUT, f"over {self.settings.timeout * 1000:g} ms", started)
             return None
         except (asyncio.IncompleteReadError, ConnectionError, BrokenPipeError):
             reason = await worker.exit_reason()
@@ -328,21 +328,21 @@ class SandboxPool:
             return None
         except protocol.FrameError as exc:
             await worker.kill()
-            self._settle(job, FailureReason.PROTOCOL, str(exc))
+            self._settle(job, SandboxReason.PROTOCOL, str(exc))
             return None
         if answer.get("id") != job.ident:
             await worker.kill()
-            self._settle(job, FailureReason.PROTOCOL, "an answer to another job")
+            self._settle(job, SandboxReason.PROTOCOL, "an answer to another job")
             return None
         if answer.get("reason") == "memory":
             await worker.kill()  # it exits by itself after a MemoryError; do not wait for it
-            self._overran(job, FailureReason.MEMORY, f"over {self.settings.memory // MIB} MiB", started)
+            self._overran(job, SandboxReason.MEMORY, f"over {self.settings.memory // MIB} MiB", started)
             return None
         if not job.future.done():
             job.future.set_result(answer)
         return worker
 
-    def _overran(self, job: _Job, reason: FailureReason, why: str, started: float) -> None:
+    def _overran(self, job: _Job, reason: SandboxReason, why: str, started: float) -> None:
         self._quarantine_add(job.key)
         log.info(
             "sandbox: a %s expression of namespace %s %s after %.0f ms; worker replaced, expression "
@@ -356,7 +356,7 @@ class SandboxPool:
         )
         self._settle(job, reason, why)
 
-    def _settle(self, job: _Job, reason: FailureReason, why: str) -> None:
+    def _settle(self, job: _Job, reason: SandboxReason, why: str) -> None:
         failure = self._failure(job.kind, reason, why)
         if not job.future.done():
             job.future.set_exception(failure)
@@ -375,7 +375,7 @@ class SandboxPool:
         except ExpressionFailed as exc:
             raise TemplateError(str(exc)) from None
         if not isinstance(value, str):
-            raise self._failure(kind, FailureReason.PROTOCOL, "a template answer that is not text")
+            raise self._failure(kind, SandboxReason.PROTOCOL, "a template answer that is not text")
         return value
 
     async def cel(
@@ -425,9 +425,9 @@ class SandboxPool:
         try:
             value = await self.evaluate(job, namespace=namespace, kind="oidc", source=source)
         except ExpressionFailed as exc:
-            raise self._failure("oidc", FailureReason.PROTOCOL, str(exc)) from None
+            raise self._failure("oidc", SandboxReason.PROTOCOL, str(exc)) from None
         if not isinstance(value, dict):
-            raise self._failure("oidc", FailureReason.PROTOCOL, "an answer that is not an object")
+            raise self._failure("oidc", SandboxReason.PROTOCOL, "an answer that is not an object")
         return value
 
 

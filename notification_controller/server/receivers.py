@@ -56,7 +56,7 @@ from ..objects.base import Cluster, ObjectStore
 from ..outbound import OutboundHTTP
 from ..receivers import registry
 from ..receivers.base import GCRSettings, HookRequest, RawHeaders, VerifyContext
-from ..receivers.guards import ReplayCache, SharedReplays, TokenBucket
+from ..receivers.guards import ReceiverRateLimit, ReplayCache, SharedReplays
 from ..receivers.oidc import OIDCClient
 from ..receivers.targets import FilterError, RequestBodyError, Trigger, compile_filters, request_value
 from ..sandbox import SandboxPool
@@ -310,7 +310,7 @@ class ReceiverServer:
         self._inflight = metrics.http_inflight.labels(service="", handler=HANDLER_LABEL)
         self._children: dict[tuple[Any, ...], Any] = {}
         self.clock = clock
-        self.limiter = TokenBucket(settings.rate_limit, settings.rate_burst, clock)
+        self.limiter = ReceiverRateLimit(settings.rate_limit, settings.rate_burst, clock)
         self.replays = ReplayCache(settings.replay_ttl, clock, max_entries=settings.replay_max_entries)
         # with a durable state store the window is shared by every replica (docs/delivery.md)
         self.shared_replays = SharedReplays(replay_store, settings.replay_ttl) if replay_store else None
@@ -453,7 +453,9 @@ class ReceiverServer:
         wait = self.limiter.take(who)
         if wait is not None:
             log.info("receiver %s (hook %s): rate limited", who, hook)
-            return _Answer(429, "rate_limited", rtype, {"Retry-After": TokenBucket.retry_after_header(wait)})
+            return _Answer(
+                429, "rate_limited", rtype, {"Retry-After": ReceiverRateLimit.retry_after_header(wait)}
+            )
         event = f" {verified.event!r}" if verified.event else ""
         if verified.ping:
             log.info("receiver %s (hook %s): %s ping%s answered, nothing triggered", who, hook, rtype, event)

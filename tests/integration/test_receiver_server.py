@@ -606,7 +606,7 @@ async def test_rejection_logs_are_budgeted(caplog: pytest.LogCaptureFixture) -> 
 async def test_replay_cache_and_token_bucket_are_bounded() -> None:
     """The replay store keeps digests (an 8 KB id costs 32 bytes) and evicts the oldest beyond its size."""
     from notification_controller.lib.clock import ManualClock
-    from notification_controller.receivers.guards import ReplayCache, TokenBucket
+    from notification_controller.receivers.guards import ReceiverRateLimit, ReplayCache
 
     clock = ManualClock()
     cache = ReplayCache(600, clock, max_entries=100)
@@ -619,14 +619,14 @@ async def test_replay_cache_and_token_bucket_are_bounded() -> None:
     assert cache.claim("999-" + "x" * 8000), "expired after the TTL"
     assert len(cache) == 1
 
-    bucket = TokenBucket(1.0, 2, clock, max_keys=10)
+    bucket = ReceiverRateLimit(1.0, 2, clock, max_keys=10)
     for i in range(50):
         assert bucket.take(f"r{i}") is None
     assert len(bucket) == 10
     assert bucket.take("r49") is None
     wait = bucket.take("r49")
     assert wait == pytest.approx(1.0)
-    assert TokenBucket.retry_after_header(0.01) == "1"
+    assert ReceiverRateLimit.retry_after_header(0.01) == "1"
 
 
 async def test_json_null_body_with_a_filter_is_an_empty_request() -> None:

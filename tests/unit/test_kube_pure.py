@@ -21,8 +21,8 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from notification_controller.api.common import SourceKind
 from notification_controller.errors import KubeError
 from notification_controller.kube.client import (
+    ClientThrottle,
     KubeClient,
-    TokenBucket,
     api_path,
     resolve_config_source,
     status_error,
@@ -98,7 +98,7 @@ class FakeClock:
 
 def test_token_bucket_allows_a_burst_then_paces_at_qps() -> None:
     clock = FakeClock()
-    bucket = TokenBucket(qps=10, burst=3, clock=clock)
+    bucket = ClientThrottle(qps=10, burst=3, clock=clock)
     assert [bucket.reserve() for _ in range(3)] == [0.0, 0.0, 0.0]
     # the 4th, 5th requests wait 0.1 s, 0.2 s: served in arrival order
     assert bucket.reserve() == pytest.approx(0.1)
@@ -109,7 +109,7 @@ def test_token_bucket_allows_a_burst_then_paces_at_qps() -> None:
 
 
 def test_token_bucket_disabled_with_zero_qps() -> None:
-    bucket = TokenBucket(qps=0, burst=1, clock=FakeClock())
+    bucket = ClientThrottle(qps=0, burst=1, clock=FakeClock())
     assert all(bucket.reserve() == 0.0 for _ in range(1000))
 
 

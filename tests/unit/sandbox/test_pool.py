@@ -16,9 +16,9 @@ import pytest
 from notification_controller.core.cel import CELEvalError, OutputType, compile_expression
 from notification_controller.core.templates import TemplateError
 from notification_controller.sandbox import (
-    FailureReason,
     SandboxFailure,
     SandboxPool,
+    SandboxReason,
     SandboxSettings,
     protocol,
 )
@@ -45,7 +45,7 @@ async def test_a_job_over_its_timeout_kills_the_worker_and_the_next_job_gets_a_n
         started = time.monotonic()
         with pytest.raises(SandboxFailure) as caught:
             await pool.cel(program(SLOW), SLOW_EVENT, namespace="a", kind="filter")
-        assert caught.value.reason is FailureReason.TIMEOUT
+        assert caught.value.reason is SandboxReason.TIMEOUT
         assert time.monotonic() - started < 10  # 0.5 s and a kill; forever before issue 23
         assert await pool.render("{{ n }}", {"n": 2}, namespace="a", limit=100) == "2"
         assert pool.starts == 2  # the killed worker was replaced
@@ -61,12 +61,12 @@ async def test_quarantine_fails_fast_without_a_worker_then_expires() -> None:
         started = time.monotonic()
         with pytest.raises(SandboxFailure) as caught:
             await pool.cel(program(SLOW), SLOW_EVENT, namespace="a", kind="filter")
-        assert caught.value.reason is FailureReason.QUARANTINED
+        assert caught.value.reason is SandboxReason.QUARANTINED
         assert time.monotonic() - started < 0.1 and pool.starts == starts
         # nor is the same expression of another namespace
         with pytest.raises(SandboxFailure) as other:
             await pool.cel(program(SLOW), SLOW_EVENT, namespace="b", kind="filter")
-        assert other.value.reason is FailureReason.TIMEOUT
+        assert other.value.reason is SandboxReason.TIMEOUT
         # another expression is not quarantined
         assert (
             await pool.cel(program("[1].exists(x, x == 1)"), {"event": {}}, namespace="a", kind="f") is True
@@ -74,7 +74,7 @@ async def test_quarantine_fails_fast_without_a_worker_then_expires() -> None:
         await asyncio.sleep(2.1)
         with pytest.raises(SandboxFailure) as again:
             await pool.cel(program(SLOW), SLOW_EVENT, namespace="a", kind="filter")
-        assert again.value.reason is FailureReason.TIMEOUT  # it ran again: the quarantine expired
+        assert again.value.reason is SandboxReason.TIMEOUT  # it ran again: the quarantine expired
 
 
 @pytest.mark.timeout(60)
@@ -83,7 +83,7 @@ async def test_the_memory_limit_holds_in_the_worker_not_here() -> None:
     async with SandboxPool(settings(memory=192 * 1024 * 1024, timeout=20.0)) as pool:
         with pytest.raises(SandboxFailure) as caught:
             await pool.cel(program(GROW), SLOW_EVENT, namespace="a", kind="filter")
-        assert caught.value.reason is FailureReason.MEMORY
+        assert caught.value.reason is SandboxReason.MEMORY
         assert await pool.render("ok", {}, namespace="a", limit=10) == "ok"  # replaced
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 100 * 1024  # KiB: not 3.6 GB here
 
@@ -101,7 +101,7 @@ async def test_a_crashed_worker_is_replaced_and_the_job_fails_typed() -> None:
         )
         assert outcome[0] == "2" or (
             isinstance(outcome[0], SandboxFailure)
-            and outcome[0].reason in (FailureReason.CRASHED, FailureReason.MEMORY)
+            and outcome[0].reason in (SandboxReason.CRASHED, SandboxReason.MEMORY)
         ), outcome
         assert await pool.render("{{ 3 }}", {}, namespace="a", limit=10) == "3"
         assert pool.starts >= 2
@@ -156,7 +156,7 @@ async def test_namespaces_are_served_round_robin_and_capped() -> None:
         await asyncio.sleep(0)
         with pytest.raises(SandboxFailure) as caught:  # a's fourth waiting job: over its share
             await pool.render("{{ 9 }}", {}, namespace="a", limit=10)
-        assert caught.value.reason is FailureReason.OVERLOAD
+        assert caught.value.reason is SandboxReason.OVERLOAD
         await asyncio.gather(slow, *tasks)
         assert order == ["a", "b", "a", "b", "a", "b"], order
 
@@ -165,7 +165,7 @@ async def test_a_closed_pool_refuses_and_frames_are_checked() -> None:
     pool = SandboxPool(settings())
     with pytest.raises(SandboxFailure) as caught:
         await pool.render("x", {}, namespace="a", limit=10)
-    assert caught.value.reason is FailureReason.CLOSED
+    assert caught.value.reason is SandboxReason.CLOSED
     with pytest.raises(protocol.FrameError):
         protocol.length(protocol.HEADER.pack(protocol.MAX_REPLY + 1), protocol.MAX_REPLY)
     with pytest.raises(protocol.FrameError):
