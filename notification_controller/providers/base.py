@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, ClassVar, Protocol
 from ..api.alert import Alert
 from ..api.event import Event
 from ..api.provider import Provider, ProviderType
-from ..core.redact import SecretValue
+from ..core.redact import ADDRESS_PART_MIN, SecretValue
 from ..outbound import OutboundRequest, OutboundResponse
 from .message import Message, Thread
 
@@ -65,9 +65,11 @@ class ProviderOptions:
     def _compute_masks(self) -> list[str]:
         out = [v.reveal().strip() for v in (self.token, self.password, self.proxy) if v]
         out.extend(v for v in self.headers.values() if len(v) >= 4)
-        # Webhook URLs carry their credential in the path or query (Slack, Teams, Discord...).
+        # Webhook URLs carry their credential in the path or query (Slack, Teams, Discord...); a short tail is a
+        # word, not a credential ("/fail" masked inside "failed" made errors unreadable), the threshold is
+        # core.redact.address_forms' (the form sent, masked where it stands whole)
         tail = self.address.split("://", 1)[-1].partition("/")[2]
-        if len(tail) >= 4:
+        if len(tail) >= ADDRESS_PART_MIN:
             out.append(tail)
         for key, raw in self.secret_data.items():
             if key in ("username",):

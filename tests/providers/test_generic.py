@@ -29,3 +29,19 @@ CASES: list[ProviderCase] = [
         canaries=["generic-canary-header", "{url}/hook/GENERICSECRET"],
     ),
 ]
+
+
+def test_a_short_address_path_is_a_word_not_a_mask_and_a_webhook_path_is() -> None:
+    """The address tail is masked as a credential only from ``ADDRESS_PART_MIN`` characters: a Provider at
+    ``…/fail`` made every error read ``request *****ed with status code 500``."""
+    from notification_controller.api.provider import ProviderType
+    from notification_controller.outbound.client import masked
+    from tests.providers.support import opts
+
+    short = opts(ProviderType.GENERIC, address="http://sink.local/fail")
+    assert (
+        masked("request failed with status code 500", short.masks()) == "request failed with status code 500"
+    )
+    hook = "services/T0000/B0000/XXXXXXXXXXXXXXXXXXXXXXXX"
+    webhook = opts(ProviderType.GENERIC, address=f"https://hooks.example.com/{hook}")
+    assert hook not in masked(f"POST https://hooks.example.com/{hook}: 500 echo {hook}", webhook.masks())
