@@ -26,7 +26,7 @@ from prometheus_client import CollectorRegistry
 
 from . import logsetup
 from .controllers.events import EventRecorder
-from .controllers.manager import ControllerManager, ControllerSettings
+from .controllers.manager import ControllerManager
 from .controllers.provider import ProviderReconciler
 from .core.ratelimit import FixedWindowLimiter
 from .core.redact import Redactor
@@ -130,7 +130,8 @@ class App:
             self.store,
             self.cluster,
             self.clock,
-            ControllerSettings.of(s),
+            s.kube,
+            no_cross_namespace_refs=s.events.no_cross_namespace_refs,
             registry=self.registry,
             redactor=self.redactor,
             recorder=self.recorder,

@@ -4,6 +4,6 @@ Reconcilers read the ``ObjectStore`` and write through the ``Cluster`` port only
 against the Kubernetes API server and in local mode. See ``docs/status.md`` for the conditions they write.
 """
 
-from .manager import ControllerManager, ControllerSettings
+from .manager import ControllerManager
 
-__all__ = ["ControllerManager", "ControllerSettings"]
+__all__ = ["ControllerManager"]

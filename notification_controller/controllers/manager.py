@@ -27,7 +27,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
@@ -38,7 +37,7 @@ from ..hooks.reconcile import ReconcileHooks
 from ..lib.clock import Clock
 from ..logsetup import fields, log_context, object_fields
 from ..objects.base import Change, Cluster, Key, ObjectStore
-from ..settings import EventSettings, KubeSettings, Settings
+from ..settings import EventSettings, KubeSettings
 from .alert import AlertReconciler
 from .base import Reconciler, Result
 from .events import EventRecorder
@@ -70,30 +69,6 @@ def exponential_buckets_range(minimum: float, maximum: float, count: int) -> lis
 RECONCILE_BUCKETS = exponential_buckets_range(0.01, 1800, 10)
 START_CHUNK = 500
 """Keys indexed or enqueued between two checks of the loop budget when the controllers start (~2 ms)."""
-
-
-@dataclass(frozen=True)
-class ControllerSettings:
-    """The reconciler flags (reference §7); defaults and help live in ``settings.py``."""
-
-    concurrent: int = KubeSettings.concurrent
-    min_retry_delay: float = KubeSettings.min_retry_delay
-    max_retry_delay: float = KubeSettings.max_retry_delay
-    resync_interval: float = KubeSettings.resync_interval
-    no_cross_namespace_refs: bool = EventSettings.no_cross_namespace_refs
-    alert_provider_status: bool = KubeSettings.alert_provider_status
-
-    @classmethod
-    def of(cls, s: Settings) -> ControllerSettings:
-        k = s.kube
-        return cls(
-            k.concurrent,
-            k.min_retry_delay,
-            k.max_retry_delay,
-            k.resync_interval,
-            s.events.no_cross_namespace_refs,
-            k.alert_provider_status,
-        )
 
 
 class ReconcileMetrics:
@@ -129,8 +104,9 @@ class ControllerManager:
         store: ObjectStore,
         cluster: Cluster,
         clock: Clock,
-        settings: ControllerSettings | None = None,
+        kube: KubeSettings | None = None,
         *,
+        no_cross_namespace_refs: bool = EventSettings.no_cross_namespace_refs,
         registry: CollectorRegistry | None = None,
         redactor: Redactor | None = None,
         recorder: EventRecorder | None = None,
@@ -139,7 +115,7 @@ class ControllerManager:
         self.store = store
         self.cluster = cluster
         self.clock = clock
-        self.settings = settings or ControllerSettings()
+        self.kube = kube or KubeSettings()  # --concurrent, --*-retry-delay, --resync-interval: read directly
         self.redactor = redactor if redactor is not None else Redactor()
         self.metrics = ReconcileMetrics(registry if registry is not None else CollectorRegistry())
         self.recorder = recorder if recorder is not None else EventRecorder(cluster, clock, self.redactor)
@@ -153,7 +129,7 @@ class ControllerManager:
                 self.recorder,
                 clock,
                 redactor=self.redactor,
-                no_cross_namespace_refs=self.settings.no_cross_namespace_refs,
+                no_cross_namespace_refs=no_cross_namespace_refs,
                 hooks=hooks,
             ),
             "Receiver": ReceiverReconciler(
@@ -161,20 +137,20 @@ class ControllerManager:
             ),
         }
         for kind in ("Alert", "Provider"):
-            self.reconcilers[kind].writes_status = self.settings.alert_provider_status
+            self.reconcilers[kind].writes_status = self.kube.alert_provider_status
         self.budget = LoopBudget()  # one for every worker of the three queues (see LoopBudget)
         self.queues: dict[str, WorkQueue[Key]] = {
             kind: WorkQueue(
                 kind,
-                min_retry_delay=self.settings.min_retry_delay,
-                max_retry_delay=self.settings.max_retry_delay,
+                min_retry_delay=self.kube.min_retry_delay,
+                max_retry_delay=self.kube.max_retry_delay,
                 metrics=self.metrics.workqueue.for_queue(kind.lower()),
                 budget=self.budget,
             )
             for kind in KINDS
         }
         for kind in KINDS:
-            self.metrics.runtime.init_controller(kind.lower(), self.settings.concurrent)
+            self.metrics.runtime.init_controller(kind.lower(), self.kube.concurrent)
         self.reconciles: dict[str, int] = dict.fromkeys(KINDS, 0)
         self._stopping = asyncio.Event()
         self._stopped = asyncio.Event()
@@ -200,11 +176,11 @@ class ControllerManager:
             if not await self._wait_synced():
                 return
             await self._start_all()
-            log.info("controllers started (%d workers per kind)", self.settings.concurrent)
+            log.info("controllers started (%d workers per kind)", self.kube.concurrent)
             async with asyncio.TaskGroup() as group:
                 for kind, queue in self.queues.items():
                     group.create_task(
-                        queue.run(self._handler(kind), workers=self.settings.concurrent),
+                        queue.run(self._handler(kind), workers=self.kube.concurrent),
                         name=f"controller-{kind}",
                     )
                 group.create_task(self._resync_loop(), name="controller-resync")
@@ -268,7 +244,7 @@ class ControllerManager:
                 self.queues[kind].add(key)
 
     async def _resync_loop(self) -> None:
-        interval = self.settings.resync_interval
+        interval = self.kube.resync_interval
         if interval <= 0:
             return
         while not self._stopping.is_set():

@@ -31,7 +31,6 @@ from notification_controller.controllers.events import NORMAL, WARNING, EventRec
 from notification_controller.controllers.manager import (
     RECONCILE_BUCKETS,
     ControllerManager,
-    ControllerSettings,
     exponential_buckets_range,
 )
 from notification_controller.controllers.provider import ProviderReconciler
@@ -42,6 +41,7 @@ from notification_controller.core.webhook import webhook_path
 from notification_controller.errors import KubeError
 from notification_controller.lib.clock import ManualClock
 from notification_controller.objects.base import Change, Key, ObjectRef, ObjectStore
+from notification_controller.settings import KubeSettings
 from tests.support.capture import mint_tls
 from tests.support.recording_cluster import RecordingCluster
 
@@ -589,9 +589,7 @@ async def test_alert_provider_status_false_keeps_them_status_free() -> None:
     Kustomization health check never waits on them; Receivers keep theirs."""
     store = ObjectStore()
     cluster = RecordingCluster(store)
-    manager = ControllerManager(
-        store, cluster, ManualClock(), ControllerSettings(alert_provider_status=False)
-    )
+    manager = ControllerManager(store, cluster, ManualClock(), KubeSettings(alert_provider_status=False))
     store.upsert(provider())  # no Secret needed: a plain generic Provider
     store.upsert(alert())
     store.upsert(secret("test-token", token="t0ken"))
@@ -601,7 +599,7 @@ async def test_alert_provider_status_false_keeps_them_status_free() -> None:
             await manager.reconcilers[kind].reconcile((NS, name))
     patched = {ref.kind for ref, _ in cluster.status_patches}
     assert patched == {"Receiver"}
-    on = ControllerManager(store, cluster, ManualClock(), ControllerSettings())
+    on = ControllerManager(store, cluster, ManualClock(), KubeSettings())
     for _ in range(3):
         await on.reconcilers["Provider"].reconcile((NS, "webhook"))
     assert "Provider" in {ref.kind for ref, _ in cluster.status_patches}
@@ -1165,7 +1163,7 @@ async def test_manager_converges_resyncs_without_writing_and_stops() -> None:
     store = ObjectStore()
     cluster = RecordingCluster(store)
     registry = CollectorRegistry()
-    settings = ControllerSettings(concurrent=2, resync_interval=60)
+    settings = KubeSettings(concurrent=2, resync_interval=60)
     manager = ControllerManager(store, cluster, ManualClock(), settings, registry=registry)
     store.upsert(provider(secretRef={"name": "webhook-token"}))
     store.upsert(alert())
@@ -1218,9 +1216,7 @@ async def test_manager_keeps_reconciling_others_when_one_object_fails() -> None:
     store = ObjectStore()
     cluster = _BrokenFor(store)
     registry = CollectorRegistry()
-    manager = ControllerManager(
-        store, cluster, ManualClock(), ControllerSettings(concurrent=1), registry=registry
-    )
+    manager = ControllerManager(store, cluster, ManualClock(), KubeSettings(concurrent=1), registry=registry)
     store.upsert(provider("broken"))
     for i in range(5):
         store.upsert(provider(f"ok-{i}"))
