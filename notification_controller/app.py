@@ -306,11 +306,17 @@ class App:
         # imported here: the receiver server pulls in PyJWT (OIDC), which the event path never needs
         from .server.receivers import ReceiverServerSettings, create_receiver_app
 
-        s = self.settings
+        s, r = self.settings, self.settings.receivers
         return create_receiver_app(
             self.store,
             self.cluster,
-            settings=ReceiverServerSettings.of(s),
+            # the server's limits with the four flags of --receiver-* and --no-cross-namespace-refs
+            settings=ReceiverServerSettings(
+                no_cross_namespace_refs=s.events.no_cross_namespace_refs,
+                replay_ttl=r.replay_ttl,
+                rate_limit=r.rate_limit,
+                rate_burst=r.rate_burst,
+            ),
             registry=self.registry,
             clock=self.clock,
             replay_store=self.state,

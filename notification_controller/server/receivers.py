@@ -60,7 +60,7 @@ from ..receivers.guards import ReceiverRateLimit, ReplayCache, SharedReplays
 from ..receivers.oidc import OIDCClient
 from ..receivers.targets import FilterError, RequestBodyError, Trigger, compile_filters, request_value
 from ..sandbox import SandboxPool
-from ..settings import EventSettings, ReceiverSettings, Settings
+from ..settings import EventSettings, ReceiverSettings
 from ..store.base import Store
 
 log = logging.getLogger(__name__)
@@ -94,16 +94,6 @@ class ReceiverServerSettings:
     keepalive_timeout: float = 10.0
     lingering_time: float = 2.0  # after an answer to an unread body (413, timeout): discard, then close
     rejection_logs_per_minute: int = 30  # per Receiver; the rest are counted and summarised
-
-    @classmethod
-    def of(cls, s: Settings) -> ReceiverServerSettings:
-        r = s.receivers
-        return cls(
-            no_cross_namespace_refs=s.events.no_cross_namespace_refs,
-            replay_ttl=r.replay_ttl,
-            rate_limit=r.rate_limit,
-            rate_burst=r.rate_burst,
-        )
 
 
 _HOOK_PATH_RE = re.compile(r"/hook/([0-9A-Fa-f]{8})[0-9A-Fa-f]*[^\s\"']*")
