@@ -1,20 +1,32 @@
 """``notification-controller explain|send``: why an event did or did not notify, and "is my token right?".
 
 ``explain --event FILE.json (--manifests DIR | --kubeconfig FILE)`` reads the Alerts, Providers and Secrets
-(from a directory of YAML, or once from the API server), then for every Alert says **matched** or the first
-reason it did not, in the order the controller decides: suspended, invalid, event source (kind, namespace,
-name, labels), severity, inclusion/exclusion lists, ``--no-cross-namespace-refs``, ``spec.filter``, then
-Flux's per-Alert rules (Provider missing or suspended, commit-status and change-request metadata, workload
-identity, a notifier that cannot be built) and a Provider whose status is not Ready. For each match it
-prints the exact request the Provider would receive, after templates, with every secret masked. Nothing is
-sent unless ``--send`` is given. Noise control that needs state (threshold, state change, repeat, group) is
-decided at run time from the store: it is named, not simulated.
+(from a directory of YAML, or once from the API server) and runs the event through the controller's own
+pipeline, not a copy of it (issue 25: the copy forwarded the ``token`` metadata the dispatcher strips, so the
+generic-hmac signature differed, and called an Alert with a broken template invalid where the controller
+sends the default message). The event is decoded and cleaned as the event server does (``Event.decode``,
+``cleanup_metadata``), then ``dispatch/builder.py`` builds the pipeline in dry run (``dispatch/dryrun.py``):
+``Dispatcher.admit`` (the dispatcher's clean-up, the matcher, Flux's rules, noise control over a throwaway
+memory store, the sandbox for what the controller runs there), then ``Deliverer.deliver`` for each
+notification (resolution, templates, the notifier), whose HTTP request is recorded and, only with
+``--send``, sent through the real outbound client: the bytes at the sink are the controller's, signature
+included (tests/integration/test_explain_corpus.py compares them with a running controller's).
+
+One line per Alert: ``would send -> Provider …`` (with what went wrong on the way but did not stop it: a
+filter that failed, fail open; a template that failed, default message) or ``would not send: <stage>:
+<reason>``, the stage being ``matcher`` (suspended, invalid, kind, namespace, name, severity, inclusion or
+exclusion list, labels), ``rules`` (Provider missing, ``--no-cross-namespace-refs``, workload identity, a
+notifier that cannot be built) or the name of the stage that dropped it (``provider-suspended``,
+``commit-status-metadata``, ``noise-filter``, ``noise-threshold``...). Noise control starts from empty
+state: a threshold is not reached by one event, a repeat is not a repeat. Pre-dispatch hooks are not
+called. A Provider that is not one HTTP request (NATS, Pub/Sub, Event Hubs...) is not simulated: it is
+sent only with ``--send``.
 
 ``send --provider NAME [-n NAMESPACE]`` (or ``NS/NAME``; the namespace defaults to ``flux-system``, as
 ``flux``'s) sends one sample event through one Provider and prints the outcome. ``explain -n NAMESPACE`` looks
 only at that namespace's Alerts. ``-o text|json|yaml`` as every command (lib/output.py).
 
-Exit status: 0 at least one Alert matched (``send``: delivered), 1 none matched (``send``: failed), 2 bad
+Exit status: 0 at least one Alert would send (``send``: delivered), 1 none would (``send``: failed), 2 bad
 input (unreadable event or manifests, unknown Provider, API server unreachable).
 """
 
@@ -23,29 +35,34 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from .api.alert import Alert, NotifyOn
-from .api.event import Event
+from prometheus_client import CollectorRegistry
+
+from .api.alert import Alert
+from .api.event import Event, EventDecodeError
 from .api.objects import parse_object
-from .controllers.alert import alert_template_error
-from .core import conditions as cond
+from .api.provider import Provider
 from .core.matching import SourceMatch, compile_alert, encode_message
+from .core.metadata import cleanup_metadata
 from .core.redact import mask_token, redact_url
-from .dispatch.model import Delivery, Draft, Drop, Notification, Ref
+from .dispatch.builder import build
+from .dispatch.dryrun import DryRunQueue, Outcome, Recorded, Recorder, RecordingHTTP
 from .dispatch.notifiers import NotifierCache
-from .dispatch.rules import flux_rules
-from .dispatch.templates import TemplateStage
 from .errors import ControllerError, DeliveryError
+from .kube.cluster import KubeCluster
 from .lib.output import add_output_flag, dump
-from .objects.base import ObjectStore
+from .metrics import NoiseMetrics
+from .objects.base import Cluster, ObjectStore
+from .objects.local import LocalCluster, load_directory
 from .outbound import OutboundHTTP, OutboundRequest
 from .providers.base import DeliveryContext, HTTPNotifier
-from .providers.generic import GenericHMACNotifier, GenericNotifier
+from .sandbox import SandboxPool
+from .settings import EventSettings, Settings
+from .store.memory import MemoryStore
 
 MASK = "***"
 SENSITIVE_HEADERS = frozenset(
@@ -55,8 +72,12 @@ SENSITIVE_HEADERS = frozenset(
 
 @dataclasses.dataclass
 class AlertExplanation:
+    """One line per Alert: ``would send`` or ``would not send: <stage>: <reason>``."""
+
     alert: str
-    matched: bool
+    matched: bool  # the matcher took it (event sources, severity, inclusion/exclusion, labels)
+    verdict: str = "would not send"
+    stage: str = ""  # the stage that dropped it ("matcher", "provider", "noise-threshold", ...)
     reason: str = ""
     provider: str = ""
     provider_type: str = ""
@@ -64,11 +85,15 @@ class AlertExplanation:
     request: dict[str, Any] | None = None
     sent: str = ""
 
+    @property
+    def sends(self) -> bool:
+        return self.verdict == "would send"
+
 
 # ---- loading -------------------------------------------------------------------------------------------
-def load_manifests(directory: Path) -> ObjectStore:
-    from .objects.local import load_directory
-
+def load_manifests(directory: Path) -> tuple[ObjectStore, LocalCluster]:
+    """The objects, and the local cluster the controller's local mode builds over them (the other
+    objects in the directory answer label lookups)."""
     result = load_directory(directory)
     if result.errors:
         raise ControllerError("; ".join(str(e) for e in result.errors[:5]))
@@ -76,7 +101,9 @@ def load_manifests(directory: Path) -> ObjectStore:
     for obj in result.objects:
         store.upsert(obj)
     store.mark_synced()
-    return store
+    local = LocalCluster(store)
+    local.set_others(result.others)
+    return store, local
 
 
 async def load_cluster(kubeconfig: str) -> tuple[ObjectStore, Any]:
@@ -142,40 +169,6 @@ def _message_reason(alert: Alert, event: Event) -> str | None:
     return None
 
 
-def _filter_reason(alert: Alert, event: Event) -> str | None:
-    if not alert.spec.filter:
-        return None
-    from .core.cel import CELError, OutputType, compile_expression
-
-    try:
-        program = compile_expression(alert.spec.filter, variables=("event",), output=OutputType.BOOL)
-        if not program.evaluate_bool({"event": event.as_cel()}):
-            return "filter: spec.filter returned false"
-    except CELError as exc:
-        return f"filter: {exc} (at run time the event would be sent, with a FilterFailed Warning)"
-    return None
-
-
-def _noise_notes(alert: Alert) -> list[str]:
-    spec = alert.spec
-    notes = []
-    if spec.threshold is not None:
-        notes.append(
-            f"threshold: sent only on the {spec.threshold.count}th event within {spec.threshold.within}"
-        )
-    if spec.notify_on is NotifyOn.STATE_CHANGE:
-        notes.append(
-            "notifyOn StateChange: sent only if the object's severity changed since the last notification"
-        )
-    if spec.repeat_interval:
-        notes.append(
-            f"repeatInterval: an identical notification is sent at most every {spec.repeat_interval}"
-        )
-    if spec.group_by is not None:
-        notes.append(f"groupBy: grouped, sent after groupWait ({spec.group_wait or '30s'})")
-    return notes
-
-
 BODY_MASK_MIN = 6
 """Secret values at least this long are masked inside the URL and the body too (shorter ones, such as a
 header value ``flux``, would turn ordinary words into asterisks; headers are masked whatever their length)."""
@@ -204,124 +197,177 @@ def _masked_request(request: OutboundRequest, masks: Sequence[str]) -> dict[str,
     }
 
 
+STAGE_OF_DROP = {
+    "filter": "noise-filter",
+    "threshold": "noise-threshold",
+    "state": "noise-state",
+    "repeat": "noise-repeat",
+    "grouped": "noise-group",
+    "suspended": "provider-suspended",
+    "commit_status": "commit-status-metadata",
+    "commit_status_update": "commit-status-update",
+    "change_request": "change-request",
+    "hook": "hook",
+    "gone": "resolve",
+}
+"""The stage (builder.py's names) behind each drop reason (``DropReason``, ``Suppressed``)."""
+
+FAILED_TO_DISPATCH = "NotificationDispatchFailed"
+
+
 class Explainer:
-    def __init__(self, store: ObjectStore, *, no_cross_namespace_refs: bool = False) -> None:
+    """The controller's pipeline (``dispatch/builder.py``) in dry run (``dispatch/dryrun.py``): the event goes
+    through ``Dispatcher.admit`` (the ingest clean-up, the matcher, Flux's rules, noise control over a
+    throwaway memory store) and each notification through ``Deliverer.deliver`` (resolve, templates in the
+    sandbox, the notifier's request), whose HTTP request is recorded, and sent only with ``send``."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        cluster: Cluster,
+        sandbox: SandboxPool,
+        *,
+        no_cross_namespace_refs: bool = False,
+        send: bool = False,
+    ) -> None:
         self.store = store
-        self.no_cross_namespace_refs = no_cross_namespace_refs
-        self.notifiers = NotifierCache(store)
-        self.warnings: list[str] = []
-        self.drafts: dict[str, Draft] = {}
-        self.rules = flux_rules(
+        self.send = send
+        self.http = RecordingHTTP(forward=send)
+        self.queue = DryRunQueue()
+        self.queued: set[str] = set()
+        self.recorder = Recorder()
+        registry = CollectorRegistry()
+        metrics = self.recorder.metrics
+        settings = Settings(events=EventSettings(no_cross_namespace_refs=no_cross_namespace_refs))
+        self.pipeline = build(
             store,
-            self.notifiers,
-            lambda alert, reason, message, annotations=None: self.warnings.append(f"{reason}: {message}"),
-            no_cross_namespace_refs=no_cross_namespace_refs,
-            object_level_workload_identity=True,
+            cluster,
+            self.http,
+            self.recorder.sink,
+            metrics,
+            settings,
+            sandbox=sandbox,
+            template_errors=lambda which: None,
+            noise=(MemoryStore(), NoiseMetrics(registry)),  # empty state: nothing is written anywhere
+            dry_run=(self.queue, self.recorder),
         )
 
-    def explain(self, event: Event, labels: dict[str, str] | None = None) -> list[AlertExplanation]:
+    async def explain(self, event: Event, labels: dict[str, str] | None = None) -> list[AlertExplanation]:
+        dispatcher = self.pipeline.dispatcher
+        admitted = dispatcher.admit(event)
+        if not isinstance(admitted, int):
+            await admitted
+        await dispatcher.wait_idle(EXPLAIN_TIMEOUT)
+        requests: dict[str, list[Recorded]] = {}
+        self.queued.clear()
+        for notification in self.queue.take():
+            key = notification.alert.key
+            self.queued.add(key)
+            provider = self.store.provider(notification.provider.namespace, notification.provider.name)
+            if not self.send and provider is not None and not self._http(provider):
+                self.recorder.of_alert(key).warnings.append(
+                    ("NotSimulated", f"{provider.spec.type}: not one HTTP request; sent only with --send")
+                )
+                continue
+            await self.pipeline.deliverer.deliver(notification)
+            requests.setdefault(key, []).extend(self.http.take())
+        await dispatcher.wait_idle(EXPLAIN_TIMEOUT)
         alerts = sorted(self.store.alerts(), key=lambda a: (a.metadata.namespace, a.metadata.name))
-        return [self._one(alert, event, labels) for alert in alerts]
+        return [self._verdict(alert, event, labels, requests.get(self._key(alert), [])) for alert in alerts]
 
-    def _one(self, alert: Alert, event: Event, labels: dict[str, str] | None) -> AlertExplanation:
-        name = f"{alert.metadata.namespace}/{alert.metadata.name}"
-        verdict = AlertExplanation(
-            name, False, provider=f"{alert.metadata.namespace}/{alert.spec.provider_ref.name}"
-        )
-        if alert.spec.suspend:
-            verdict.reason = "suspended: spec.suspend is true"
-            return verdict
-        refused = compile_alert(alert).refused or alert_template_error(alert)
-        if refused:
-            verdict.reason = f"invalid: {refused}"
-            return verdict
-        why = (
-            _source_reason(alert, event, labels)
-            or _message_reason(alert, event)
-            or _filter_reason(alert, event)
-        )
-        if why:
-            verdict.reason = why
-            return verdict
-        draft = Draft(event, alert)
+    def _http(self, provider: Provider) -> bool:
         try:
-            for rule in self.rules:
-                result = rule(draft)
-                if isinstance(result, Drop):
-                    verdict.reason = f"{rule.name}: {result.message or result.reason}"
-                    return verdict
-                assert isinstance(result, Draft), "rules built without a sandbox evaluate in process"
-                draft = result
-        except ControllerError as exc:
-            verdict.reason = f"{rule.name}: {exc}"
+            _, notifier = self.pipeline.deliverer.notifiers.get(provider)
+        except ControllerError:
+            return True  # deliver() reports it as the controller does
+        return isinstance(notifier, HTTPNotifier)
+
+    @staticmethod
+    def _key(alert: Alert) -> str:
+        return f"{alert.metadata.namespace}/{alert.metadata.name}"
+
+    def _verdict(
+        self, alert: Alert, event: Event, labels: dict[str, str] | None, requests: list[Recorded]
+    ) -> AlertExplanation:
+        key = self._key(alert)
+        provider = self.store.provider(alert.metadata.namespace, alert.spec.provider_ref.name)
+        verdict = AlertExplanation(
+            key,
+            matched=True,
+            provider=f"{alert.metadata.namespace}/{alert.spec.provider_ref.name}",
+            provider_type=str(provider.spec.type) if provider is not None else "",
+        )
+        outcome = self.recorder.outcomes.get(key)
+        if outcome is None or (key not in self.queued and not outcome.drops and not _failures(outcome)):
+            # the matcher did not take it: say why, in the controller's order
+            verdict.matched = False
+            verdict.stage = "matcher"
+            verdict.reason = _matcher_reason(alert, event, labels)
             return verdict
-        provider = draft.provider
-        assert provider is not None
-        verdict.provider_type = str(provider.spec.type)
-        ready = cond.find(provider.status.conditions, cond.READY)
-        if ready is not None and ready.status != "True":
-            verdict.reason = f"provider not ready: {ready.reason}: {ready.message}"
+        notes = [
+            f"{reason}: {message}" for reason, message in outcome.warnings if reason != FAILED_TO_DISPATCH
+        ]
+        failures = _failures(outcome)
+        verdict.notes = notes
+        if requests:
+            recorded = requests[-1]
+            verdict.request = _masked_request(recorded.request, recorded.masks)
+        if outcome.delivered or outcome.failed:
+            verdict.verdict = "would send"
+            if self.send:
+                verdict.sent = "delivered" if outcome.delivered else f"failed: {outcome.failed}"
+            elif outcome.failed:
+                verdict.verdict = "would not send"
+                verdict.stage, verdict.reason = "send", outcome.failed
             return verdict
-        verdict.matched = True
-        verdict.notes = _noise_notes(alert)
-        self.drafts[name] = draft
+        if outcome.drops:
+            drop = outcome.drops[0]
+            verdict.stage = STAGE_OF_DROP.get(str(drop.reason), str(drop.reason))
+            verdict.reason = drop.message or str(drop.reason)
+            return verdict
+        if failures:  # a rule raised (Dispatcher._failed): the message after Flux's prefix
+            prefix = f"failed to dispatch notification for {event.involved_object.describe()}: "
+            verdict.stage, verdict.reason = "rules", failures[0].removeprefix(prefix)
+            return verdict
+        if any(reason == "NotSimulated" for reason, _ in outcome.warnings):
+            verdict.verdict = "would send"
+            return verdict
+        verdict.stage, verdict.reason = "pipeline", "dropped (see the controller's log at debug level)"
         return verdict
 
-    async def request(self, verdict: AlertExplanation, event: Event, http: OutboundHTTP | None) -> None:
-        """The exact request (masked) for a matched verdict; with ``http``, send it too."""
-        draft = self.drafts[verdict.alert]
-        assert draft.provider is not None
-        options, notifier = self.notifiers.get(draft.provider)
-        notification = Notification(
-            "explain",
-            draft.event,
-            Ref.of(draft.alert),
-            Ref.of(draft.provider),
-            verdict.provider_type,
-            draft.commit_status,
-            message=draft.message,
-        )
-        delivery = Delivery(
-            notification, draft.event, draft.alert, draft.provider, options, notifier, message=draft.message
-        )
-        errors: list[str] = []
-        stage = TemplateStage(lambda which: None, lambda alert, reason, message: errors.append(message))
-        templated = await stage(delivery)
-        assert isinstance(templated, Delivery)
-        delivery = templated
-        verdict.notes.extend(errors)
-        if isinstance(notifier, HTTPNotifier):
-            try:
-                message = notifier.message_for(delivery.message, delivery.templated)
-                if delivery.body is not None and isinstance(notifier, GenericNotifier | GenericHMACNotifier):
-                    request = notifier.build_request(delivery.event, message, body=delivery.body)
-                else:
-                    request = notifier.build_request(delivery.event, message)
-                verdict.request = _masked_request(request, options.masks())
-            except ControllerError as exc:
-                verdict.notes.append(f"the request cannot be built: {exc}")
-        else:
-            verdict.notes.append(f"{verdict.provider_type}: not one HTTP request (built at send time)")
-        if http is not None:
-            ctx = DeliveryContext(
-                http=http,
-                alert=draft.alert,
-                commit_status=draft.commit_status,
-                message=delivery.message,
-                body=delivery.body,
-                templated=delivery.templated,
-            )
-            try:
-                await notifier.post(delivery.event, ctx)
-                verdict.sent = "delivered"
-            except DeliveryError as exc:
-                error = str(exc)
-                for secret in options.masks():
-                    error = mask_token(error, secret)
-                verdict.sent = f"failed: {error}"
+
+def _failures(outcome: Outcome) -> list[str]:
+    return [message for reason, message in outcome.warnings if reason == FAILED_TO_DISPATCH]
+
+
+def _matcher_reason(alert: Alert, event: Event, labels: dict[str, str] | None) -> str:
+    """Why the matcher did not take ``alert`` (for the reader: the decision is the matcher's)."""
+    if alert.spec.suspend:
+        return "suspended: spec.suspend is true"
+    refused = compile_alert(alert).refused
+    if refused:
+        return f"invalid: {refused}"
+    return (
+        _source_reason(alert, event, labels)
+        or _message_reason(alert, event)
+        or "labels: the object's labels could not be read or match no source"
+    )
+
+
+EXPLAIN_TIMEOUT = 30.0
+"""Seconds for the pipeline's own tasks (a sandboxed filter, a label lookup) to finish."""
 
 
 # ---- the commands ----------------------------------------------------------------------------------------
+def verdict_line(v: AlertExplanation) -> str:
+    """The one line of an Alert: ``would send -> Provider …`` or ``would not send: <stage>: <reason>``."""
+    provider = f"Provider {v.provider}" + (f" ({v.provider_type})" if v.provider_type else "")
+    if v.sends:
+        notes = f" ({'; '.join(v.notes)})" if v.notes else ""
+        return f"would send -> {provider}{notes}"
+    return f"would not send: {v.stage}: {v.reason} [{provider}]"
+
+
 def _print_text(event: Event, verdicts: list[AlertExplanation], out: TextIO) -> None:
     obj = event.involved_object
     out.write(
@@ -331,18 +377,11 @@ def _print_text(event: Event, verdicts: list[AlertExplanation], out: TextIO) -> 
         out.write("no Alerts in scope\n")
     width = max((len(v.alert) for v in verdicts), default=5)
     for v in verdicts:
-        result = (
-            f"matched -> Provider {v.provider} ({v.provider_type})"
-            if v.matched
-            else f"not matched: {v.reason}"
-        )
-        out.write(f"  {v.alert:<{width}}  {result}\n")
+        out.write(f"  {v.alert:<{width}}  {verdict_line(v)}\n")
     for v in verdicts:
-        if not v.matched:
+        if not v.sends or (v.request is None and not v.sent):
             continue
         out.write(f"\n{v.alert} -> {v.provider}:\n")
-        for note in v.notes:
-            out.write(f"  note: {note}\n")
         if v.request is not None:
             req = v.request
             out.write(f"  {req['method']} {req['url']}\n")
@@ -403,45 +442,64 @@ SAMPLE = {
 
 
 def _read_event(path: Path) -> Event:
-    text = sys.stdin.read() if str(path) == "-" else path.read_text(encoding="utf-8")
+    """The event as the event server admits it (server/events.py ``process``): decoded by ``Event.decode``,
+    then the ingest clean-up (``cleanup_metadata``: ``<group>/checksum|digest`` and keys outside the
+    object's group go; the dispatcher then drops ``<group>/token``)."""
+    body = sys.stdin.buffer.read() if str(path) == "-" else path.read_bytes()
     try:
-        return Event.from_raw(json.loads(text))
-    except (ValueError, TypeError) as exc:
+        event = Event.decode(body)
+    except EventDecodeError as exc:
         raise ControllerError(f"the event is not Flux's event JSON: {exc}") from None
+    cleaned = cleanup_metadata(event.metadata, event.object_group)
+    if cleaned != event.metadata:
+        event = event.model_copy(update={"metadata": cleaned})
+    return event
 
 
 async def _run(args: argparse.Namespace, out: TextIO) -> int:
     client = None
+    local: LocalCluster | None = None
     try:
         if args.manifests is not None:
-            store = load_manifests(args.manifests)
+            store, local = load_manifests(args.manifests)
         else:
             store, client = await load_cluster(args.kubeconfig)
         if args.command == "explain":
             event = _read_event(args.event)
-            explainer = Explainer(store, no_cross_namespace_refs=args.no_cross_namespace_refs)
-            verdicts = explainer.explain(event)
+            cluster: Cluster
+            if client is not None:
+                cluster = KubeCluster(client)
+            else:
+                assert local is not None
+                cluster = local
+            async with SandboxPool(Settings().sandbox, registry=CollectorRegistry()) as sandbox:
+                explainer = Explainer(
+                    store,
+                    cluster,
+                    sandbox,
+                    no_cross_namespace_refs=args.no_cross_namespace_refs,
+                    send=args.send,
+                )
+                await explainer.http.start()
+                try:
+                    verdicts = await explainer.explain(event)
+                finally:
+                    await explainer.http.close()
+                    await explainer.pipeline.dispatcher.shutdown(1.0)
             if args.namespace:
                 verdicts = [v for v in verdicts if v.alert.partition("/")[0] == args.namespace]
-            matched = [v for v in verdicts if v.matched]
-            http = OutboundHTTP() if args.send else None
-            if http is not None:
-                await http.start()
-            try:
-                for v in matched:
-                    await explainer.request(v, event, http)
-            finally:
-                if http is not None:
-                    await http.close()
             if args.output != "text":
                 dump(
-                    {"event": event.as_cel(), "alerts": [dataclasses.asdict(v) for v in verdicts]},
+                    {
+                        "event": event.as_cel(),
+                        "alerts": [{**dataclasses.asdict(v), "line": verdict_line(v)} for v in verdicts],
+                    },
                     args.output,
                     out,
                 )
             else:
                 _print_text(event, verdicts, out)
-            return 0 if matched else 1
+            return 0 if any(v.sends for v in verdicts) else 1
         return await _send(store, args, out)
     finally:
         if client is not None:

@@ -76,6 +76,7 @@ def build(
     pre_queue: Sequence[StageLike[Draft]] = (),
     pre_send: Sequence[StageLike[Delivery]] = (),
     post_send: Sequence[StageLike[Delivery]] = (),
+    dry_run: tuple[Queue, Reporter] | None = None,  # explain: records, never delivers (dryrun.py)
 ) -> Pipeline:
     """``template_errors``: the templates stage runs (its error counter); ``noise``: noise control runs
     over this state store; ``durable``: the outbox replaces the memory lanes. ``pre_queue``,
@@ -83,7 +84,7 @@ def build(
     s = settings or Settings()
     events, kube = s.events, s.kube
     clock = clock or SystemClock()
-    report = Reporter(sink, metrics, redactor or Redactor())
+    report = dry_run[1] if dry_run else Reporter(sink, metrics, redactor or Redactor())
     notifiers = NotifierCache(store)
     object_level = s.gate("ObjectLevelWorkloadIdentity")
     control = None
@@ -131,7 +132,9 @@ def build(
     )
     outbox = None
     queue: Queue
-    if durable is not None:
+    if dry_run is not None:
+        queue = dry_run[0]
+    elif durable is not None:
         store_settings = s.store
         queue = outbox = DurableOutbox(
             durable,

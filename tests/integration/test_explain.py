@@ -110,20 +110,24 @@ async def test_explain_says_why_for_every_alert_and_sends_nothing(tmp_path: Path
         )
         assert code == 0, err
         verdicts = {v["alert"].split("/")[1]: v for v in json.loads(out)["alerts"]}
-        reasons = {name: v["reason"].split(":")[0] for name, v in verdicts.items() if not v["matched"]}
-        assert reasons == {
-            "b-suspended": "suspended",
-            "c-kind": "kind",
-            "d-namespace": "namespace",
-            "e-name": "name",
-            "f-severity": "severity",
-            "g-inclusion": "inclusionList",
-            "h-exclusion": "exclusionList",
-            "i-filter": "filter",
-            "j-no-provider": "provider",
-            "k-provider-suspended": "provider-suspended",
-            "l-commit-status": "commit-status-metadata",
+        reasons = {
+            name: (v["stage"], v["reason"].split(":")[0])
+            for name, v in verdicts.items()
+            if v["verdict"] != "would send"
         }
+        assert reasons == {  # the stage that dropped it (the matcher's, Flux's rules, noise control)
+            "b-suspended": ("matcher", "suspended"),
+            "c-kind": ("matcher", "kind"),
+            "d-namespace": ("matcher", "namespace"),
+            "e-name": ("matcher", "name"),
+            "f-severity": ("matcher", "severity"),
+            "g-inclusion": ("matcher", "inclusionList"),
+            "h-exclusion": ("matcher", "exclusionList"),
+            "i-filter": ("noise-filter", "Kustomization/apps/web"),
+            "j-no-provider": ("rules", "failed to read provider"),
+            "k-provider-suspended": ("provider-suspended", "suspended"),
+            "l-commit-status": ("commit-status-metadata", "event dropped for commit status providers due to missing commit metadata key"),
+        }  # fmt: skip
         matched = verdicts["a-matched"]
         request = matched["request"]
         assert (
@@ -139,8 +143,8 @@ async def test_explain_says_why_for_every_alert_and_sends_nothing(tmp_path: Path
             "explain", "--event", str(tmp_path / "event.json"), "--manifests", str(manifests), "--send"
         )
         assert code == 0
-        assert "apps/a-matched" in out and "matched -> Provider apps/slack (slack)" in out
-        assert "not matched: severity: the Alert wants error events, this one is info" in out
+        assert "apps/a-matched" in out and "would send -> Provider apps/slack (slack)" in out
+        assert "would not send: matcher: severity: the Alert wants error events, this one is info" in out
         assert "sent: delivered" in out
         [sent] = await srv.wait_for(1)
         assert sent.json()["attachments"][0]["author_name"] == "ReconciliationSucceeded on web"
