@@ -212,6 +212,13 @@ STAGE_OF_DROP = {
 }
 """The stage (builder.py's names) behind each drop reason (``DropReason``, ``Suppressed``)."""
 
+DROP_TEXT = {
+    "suspended": "the Provider's spec.suspend is true",
+    "commit_status_update": "a commit-status update, and the Provider is not a git or generic one",
+    "gone": "the Alert or Provider was deleted",
+}
+"""What a ``Drop`` without a message means."""
+
 FAILED_TO_DISPATCH = "NotificationDispatchFailed"
 
 
@@ -323,7 +330,7 @@ class Explainer:
         if outcome.drops:
             drop = outcome.drops[0]
             verdict.stage = STAGE_OF_DROP.get(str(drop.reason), str(drop.reason))
-            verdict.reason = drop.message or str(drop.reason)
+            verdict.reason = drop.message or DROP_TEXT.get(str(drop.reason), str(drop.reason))
             return verdict
         if failures:  # a rule raised (Dispatcher._failed): the message after Flux's prefix
             prefix = f"failed to dispatch notification for {event.involved_object.describe()}: "

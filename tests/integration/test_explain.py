@@ -125,7 +125,7 @@ async def test_explain_says_why_for_every_alert_and_sends_nothing(tmp_path: Path
             "h-exclusion": ("matcher", "exclusionList"),
             "i-filter": ("noise-filter", "Kustomization/apps/web"),
             "j-no-provider": ("rules", "failed to read provider"),
-            "k-provider-suspended": ("provider-suspended", "suspended"),
+            "k-provider-suspended": ("provider-suspended", "the Provider's spec.suspend is true"),
             "l-commit-status": ("commit-status-metadata", "event dropped for commit status providers due to missing commit metadata key"),
         }  # fmt: skip
         matched = verdicts["a-matched"]
