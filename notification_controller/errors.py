@@ -15,7 +15,7 @@ Messages are safe to log: they never contain a secret value (see ``core.redact``
     │   └── PermanentDeliveryError   retrying will not help (4xx, TLS verification, redirect refused)
     ├── VerificationError            a webhook request failed authentication/validation (→ 400/401)
     ├── KubeError                    a Kubernetes API call failed (wrapped ApiException)
-    ├── StoreError                   the state layer (sqlite file, NATS JetStream) is unreachable (→ 503)
+    ├── StoreError                   the store (--store: sqlite file, NATS JetStream) is unreachable (→ 503)
     ├── HookError                    a user hook failed (see docs/hooks.md)
     │
     │   defined next to the code that raises them (the module owns its failure vocabulary):

@@ -234,7 +234,7 @@ class LogSettings:
 
 @dataclass(frozen=True)
 class StoreSettings:
-    """The state layer (docs/delivery.md): where notifications wait, and how long they are retried."""
+    """The store, ``--store`` (docs/delivery.md): where notifications wait, and how long they are retried."""
 
     url: str = opt(
         "memory",

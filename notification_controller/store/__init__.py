@@ -1,4 +1,4 @@
-"""The state layer (issue 13): outbox, dead letters, duplicate window and shared KV behind one ``Store``.
+"""The store selected by ``--store`` (issue 13): outbox, dead letters, duplicate window and shared KV behind one ``Store``.
 
 ``open_store(url)`` maps ``--store`` to a backend:
 

@@ -1,4 +1,4 @@
-"""The state layer's interface: one ``Store`` whatever keeps the state (memory, SQLite, NATS JetStream).
+"""The store's interface (``--store``): one ``Store`` whatever keeps the state (memory, SQLite, NATS JetStream).
 
 Issue 13 turns Flux's "202 and forget" into durable, at-least-once delivery. Everything the dispatcher
 and the receivers must share across a restart or across replicas goes through this interface, so the
@@ -102,7 +102,7 @@ class KVEntry:
 
 @runtime_checkable
 class Store(Protocol):
-    """The state layer. Every method may raise ``StoreError``; none blocks the event loop."""
+    """The store. Every method may raise ``StoreError``; none blocks the event loop."""
 
     kind: str
     """``memory``, ``sqlite`` or ``nats``: metric label and log field."""
