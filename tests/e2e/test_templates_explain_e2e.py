@@ -106,7 +106,10 @@ def test_templates_status_delivery_and_explain(
         assert verdicts[f"{namespace}/good"]["matched"] is True
         assert json.loads(verdicts[f"{namespace}/good"]["request"]["body"]) == {"text": "web: deployed again"}
         assert verdicts[f"{namespace}/good"]["request"]["headers"]["X-Signature"] == "***"
-        assert verdicts[f"{namespace}/broken"]["reason"].startswith("invalid: spec.template.message: line 2:")
+        # as the controller did above: the broken template costs its own message, never the notification
+        broken = verdicts[f"{namespace}/broken"]
+        assert broken["verdict"] == "would send" and "TemplateRenderFailed" in broken["line"], broken
+        assert json.loads(broken["request"]["body"]) == {"text": "web: deployed again"}
         assert "e2e-template-hmac-key" not in run.stdout + run.stderr
         assert len(sink.requests()) == 2  # explain sent nothing
     finally:
