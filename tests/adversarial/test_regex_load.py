@@ -227,16 +227,27 @@ async def test_a_full_filter_backlog_drops_and_counts(tmp_path: Path) -> None:
             what="the Alerts to be loaded",
         )
         url = f"http://127.0.0.1:{running.ports['events']}/"
-        sent = running.dispatcher.matcher.filters.settings.max_backlog + 8
-        answers = [
-            await asyncio.to_thread(http, "POST", url, event("heavy", f"{message} {n}")) for n in range(sent)
-        ]
-        assert {status for status, _ in answers} == {202}
-        dropped = metric(running, "notification_dropped_total", provider_type="generic", reason="overload")
-        assert dropped >= HEAVY_ALERTS and dropped % HEAVY_ALERTS == 0, dropped
-        status, seconds = await asyncio.to_thread(http, "POST", url, event("light", "deployed"))
-        assert status == 202 and seconds < EVENT_BOUND
-        await eventually(lambda: "/light" in [r.path for r in sink.requests], what="the light notification")
+        filters = running.dispatcher.matcher.filters
+        # the worker is held busy by one job of our own, so the backlog fills however fast this machine
+        # matches (on a loaded CI machine the worker used to keep up with the POSTs and nothing was dropped)
+        gate = threading.Event()
+        assert filters.admit(0)
+        held = asyncio.ensure_future(filters.run([functools.partial(gate.wait, 60)], 0))
+        try:
+            sent = filters.settings.max_backlog + 8
+            answers = [
+                await asyncio.to_thread(http, "POST", url, event("heavy", f"{message} {n}"))
+                for n in range(sent)
+            ]
+            assert {status for status, _ in answers} == {202}
+            dropped = metric(running, "notification_dropped_total", provider_type="generic", reason="overload")
+            assert dropped == 9 * HEAVY_ALERTS, dropped  # the backlog holds our job and max_backlog - 1 events
+            status, seconds = await asyncio.to_thread(http, "POST", url, event("light", "deployed"))
+            assert status == 202 and seconds < EVENT_BOUND
+            await eventually(lambda: "/light" in [r.path for r in sink.requests], what="the light notification")
+        finally:
+            gate.set()
+            await held
         # leaving: shutdown cancels what still waits for the worker (grace 0.5 s), counted as shutdown drops
 
 
