@@ -240,11 +240,17 @@ async def test_a_full_filter_backlog_drops_and_counts(tmp_path: Path) -> None:
                 for n in range(sent)
             ]
             assert {status for status, _ in answers} == {202}
-            dropped = metric(running, "notification_dropped_total", provider_type="generic", reason="overload")
-            assert dropped == 9 * HEAVY_ALERTS, dropped  # the backlog holds our job and max_backlog - 1 events
+            dropped = metric(
+                running, "notification_dropped_total", provider_type="generic", reason="overload"
+            )
+            assert dropped == 9 * HEAVY_ALERTS, (
+                dropped
+            )  # the backlog holds our job and max_backlog - 1 events
             status, seconds = await asyncio.to_thread(http, "POST", url, event("light", "deployed"))
             assert status == 202 and seconds < EVENT_BOUND
-            await eventually(lambda: "/light" in [r.path for r in sink.requests], what="the light notification")
+            await eventually(
+                lambda: "/light" in [r.path for r in sink.requests], what="the light notification"
+            )
         finally:
             gate.set()
             await held
