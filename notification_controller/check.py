@@ -46,6 +46,7 @@ from .api.messages import describe_error_of, field_path, suggestion
 from .api.objects import _KINDS
 from .api.provider import Provider
 from .api.receiver import Receiver
+from .api.silence import Silence
 from .objects import yamldoc
 from .objects.local import _split_documents, locate, manifest_files
 
@@ -86,7 +87,7 @@ class _Doc:
         return Finding(self.file, line, self.kind, self.namespace, self.name, field, message, severity)
 
 
-def _check_object(doc: _Doc) -> tuple[Alert | Provider | Receiver | Secret | None, list[Finding]]:
+def _check_object(doc: _Doc) -> tuple[Alert | Provider | Receiver | Secret | Silence | None, list[Finding]]:
     raw = doc.raw
     api_version, kind = raw.get("apiVersion"), raw.get("kind")
     if (api_version, kind) == ("v1", "Secret"):
@@ -149,8 +150,10 @@ def _namespaced(raw: dict[str, Any]) -> dict[str, Any]:
     return raw
 
 
-def _rule_findings(doc: _Doc, obj: Alert | Provider | Receiver) -> list[Finding]:
+def _rule_findings(doc: _Doc, obj: Alert | Provider | Receiver | Silence) -> list[Finding]:
     """The reconcilers' checks beyond the schema, each error on its own."""
+    if isinstance(obj, Silence):
+        return [doc.finding("spec", message) for message in obj.spec.validation_errors()]
     from .controllers.alert import alert_errors
     from .controllers.provider import provider_errors
     from .controllers.receiver import receiver_errors

@@ -33,6 +33,8 @@ from .common import (
     shared_status,
 )
 from .hooks import AlertHooks, hooks_field
+from .silence import MAX_MATCHERS, Matcher, matchers_errors
+from .timeinterval import MAX_TIME_INTERVALS, TimeInterval
 
 
 class EventSeverity(StrEnum):
@@ -115,6 +117,30 @@ class MessageTemplate(Model):
     )
 
 
+MAX_INHIBIT_RULES = 16
+MAX_EQUAL = 8
+
+
+class InhibitRule(Model):
+    """Alertmanager's ``inhibit_rules`` entry over Flux events: while an object whose events match
+    ``sourceMatchers`` is failing (its last event was an error), error notifications matching
+    ``targetMatchers`` with the same values of the ``equal`` fields are held (``inhibited``)."""
+
+    source_matchers: list[Matcher] = Field(
+        description="What the failing object's events carry (all must match).",
+        json_schema_extra={"minItems": 1, "maxItems": MAX_MATCHERS},
+    )
+    target_matchers: list[Matcher] = Field(
+        description="What the held notifications carry (all must match).",
+        json_schema_extra={"minItems": 1, "maxItems": MAX_MATCHERS},
+    )
+    equal: list[str] | None = Field(
+        None,
+        description="Fields whose values must be equal in the source and the target (matcher names).",
+        json_schema_extra={"maxItems": MAX_EQUAL, "items": {"type": "string", "maxLength": 256}},
+    )
+
+
 class AlertSpec(Model):
     provider_ref: LocalObjectReference
     event_severity: EventSeverity = EventSeverity.INFO
@@ -180,6 +206,45 @@ class AlertSpec(Model):
         ),
     )
 
+    # ---- quiet (beyond Flux; docs/silences.md) ----
+    mute_times: list[TimeInterval] | None = Field(
+        None,
+        description=(
+            "Alertmanager time_interval entries (camelCase) during which notifications are held (muted) and "
+            "summarised when the window ends."
+        ),
+        json_schema_extra={"maxItems": MAX_TIME_INTERVALS},
+    )
+    active_times: list[TimeInterval] | None = Field(
+        None,
+        description="Alertmanager time_interval entries outside which notifications are held (muted).",
+        json_schema_extra={"maxItems": MAX_TIME_INTERVALS},
+    )
+    inhibit_dependents: bool | None = Field(
+        None,
+        description=(
+            "Hold error notifications of objects whose source (sourceRef) or dependency (dependsOn) is failing, "
+            "and name them in the source's recovery notification."
+        ),
+    )
+    inhibit_rules: list[InhibitRule] | None = Field(
+        None,
+        description="Alertmanager-style inhibition rules for dependencies Flux's graph does not know.",
+        json_schema_extra={"maxItems": MAX_INHIBIT_RULES},
+    )
+    resolve_in_place: bool | None = Field(
+        None,
+        description=(
+            "Slack (bot token) and Discord: the recovery edits the failure's message (state, colour, how long "
+            "it failed) instead of posting a new one."
+        ),
+    )
+
+    @property
+    def quiet(self) -> bool:
+        """Whether any quiet field is set (silences apply to every Alert; these are per Alert)."""
+        return bool(self.mute_times or self.active_times or self.inhibit_dependents or self.inhibit_rules)
+
     @property
     def noisy(self) -> bool:
         """Whether any noise-control field is set (a Flux Alert: False, and no stage does anything)."""
@@ -214,6 +279,24 @@ class AlertSpec(Model):
                     )
                     break  # one per list is enough to act on
         errors.extend(self._noise_errors())
+        errors.extend(self._quiet_errors())
+        return errors
+
+    def _quiet_errors(self) -> list[str]:
+        """The bounds of the quiet fields (the time intervals' syntax: ``TimeInterval.validation_errors``)."""
+        errors: list[str] = []
+        for field, intervals in (("muteTimes", self.mute_times), ("activeTimes", self.active_times)):
+            if not intervals:
+                continue
+            if len(intervals) > MAX_TIME_INTERVALS:
+                errors.append(f"spec.{field} has {len(intervals)} entries, more than {MAX_TIME_INTERVALS}")
+            for i, interval in enumerate(intervals[:MAX_TIME_INTERVALS]):
+                errors.extend(interval.validation_errors(f"spec.{field}[{i}]"))
+        for i, rule in enumerate((self.inhibit_rules or [])[:MAX_INHIBIT_RULES]):
+            errors.extend(matchers_errors(rule.source_matchers, f"spec.inhibitRules[{i}].sourceMatchers"))
+            errors.extend(matchers_errors(rule.target_matchers, f"spec.inhibitRules[{i}].targetMatchers"))
+        if self.inhibit_rules and len(self.inhibit_rules) > MAX_INHIBIT_RULES:
+            errors.append(f"spec.inhibitRules has more than {MAX_INHIBIT_RULES} rules")
         return errors
 
     def _noise_errors(self) -> list[str]:

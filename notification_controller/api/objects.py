@@ -13,13 +13,16 @@ from .common import Secret
 from .messages import describe_error_of, field_path, suggestion
 from .provider import Provider
 from .receiver import Receiver
+from .silence import SILENCE_API_VERSION, Silence
 
-Object = Alert | Provider | Receiver | Secret
+Object = Alert | Provider | Receiver | Secret | Silence
+Model = type[Alert] | type[Provider] | type[Receiver] | type[Silence]
 
-_KINDS: dict[tuple[str, str], type[Alert] | type[Provider] | type[Receiver]] = {
+_KINDS: dict[tuple[str, str], Model] = {
     (f"{GROUP}/v1beta3", "Alert"): Alert,
     (f"{GROUP}/v1beta3", "Provider"): Provider,
     (f"{GROUP}/v1", "Receiver"): Receiver,
+    (SILENCE_API_VERSION, "Silence"): Silence,
 }
 
 
@@ -48,7 +51,7 @@ def parse_object(
     metadata = raw.get("metadata")
     if isinstance(metadata, dict) and not metadata.get("namespace"):
         raw = {**raw, "metadata": {**metadata, "namespace": default_namespace}}
-    model: type[Alert] | type[Provider] | type[Receiver] | None = None
+    model: Model | None = None
     try:
         if (api_version, kind) == ("v1", "Secret"):
             return Secret.from_manifest(raw)
@@ -76,7 +79,7 @@ def parse_object(
         ) from None
     except ValueError as exc:
         raise ManifestError(str(exc), source=source, index=index) from None
-    if isinstance(obj, Provider) or (isinstance(obj, Receiver) and receiver_rules):
+    if isinstance(obj, Provider) or (isinstance(obj, Receiver | Silence) and receiver_rules):
         errors = obj.spec.validation_errors()
         if errors:
             raise ManifestError("; ".join(errors), source=source, index=index, field="spec")

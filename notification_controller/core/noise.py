@@ -67,6 +67,9 @@ class Suppressed(enum.StrEnum):
     STATE = "state"
     REPEAT = "repeat"
     GROUPED = "grouped"
+    SILENCED = "silenced"  # a Silence matched (docs/silences.md)
+    MUTED = "muted"  # the Alert's muteTimes / outside its activeTimes
+    INHIBITED = "inhibited"  # a failing source or dependency (inhibitDependents, inhibitRules)
 
 
 # ---- identity ----------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from ..api.common import Secret, share_fields_sets
 from ..api.objects import Object
 from ..api.provider import Provider
 from ..api.receiver import Receiver
+from ..api.silence import Silence
 from ..core.matching import CompiledAlert, compile_alert
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,8 @@ class ObjectStore:
         self._receivers: dict[Key, Receiver] = {}
         self._receiver_paths: dict[str, Key] = {}
         self._secrets: dict[Key, Secret] = {}
+        self._silences: dict[Key, Silence] = {}
+        self._silences_by_ns: dict[str, dict[str, Silence]] = {}
         self._listeners: list[Listener] = []
         self._synced = asyncio.Event()
         self.generation = 0  # bumps on every change; cheap cache-invalidation token
@@ -84,6 +87,9 @@ class ObjectStore:
             self._receivers[key] = obj
             if obj.status.webhook_path:
                 self._receiver_paths[obj.status.webhook_path] = key
+        elif isinstance(obj, Silence):
+            self._silences[key] = obj
+            self._silences_by_ns.setdefault(ns, {})[name] = obj
         else:
             self._secrets[key] = obj
         self._changed(Change(obj.KIND, ns, name, obj, old))
@@ -119,6 +125,13 @@ class ObjectStore:
             old = receiver
         elif kind == "Secret":
             old = self._secrets.pop(key, None)
+        elif kind == "Silence":
+            old = self._silences.pop(key, None)
+            in_ns = self._silences_by_ns.get(namespace)
+            if in_ns is not None:
+                in_ns.pop(name, None)
+                if not in_ns:
+                    del self._silences_by_ns[namespace]
         if old is not None:
             self._changed(Change(kind, namespace, name, None, old))
 
@@ -195,6 +208,17 @@ class ObjectStore:
     def secret(self, namespace: str, name: str) -> Secret | None:
         return self._secrets.get((namespace, name))
 
+    def silence(self, namespace: str, name: str) -> Silence | None:
+        return self._silences.get((namespace, name))
+
+    def silences_in(self, namespace: str) -> Sequence[Silence]:
+        """The Silences of one namespace (the quiet stage asks per event: no scan of the others)."""
+        in_ns = self._silences_by_ns.get(namespace)
+        return tuple(in_ns.values()) if in_ns else ()
+
+    def silences(self) -> list[Silence]:
+        return list(self._silences.values())
+
     def alerts(self) -> list[Alert]:
         return [c.alert for c in self._alerts.values()]
 
@@ -213,6 +237,7 @@ class ObjectStore:
             "Provider": self._providers,
             "Receiver": self._receivers,
             "Secret": self._secrets,
+            "Silence": self._silences,
         }
         return list(sources.get(kind, {}))
 
@@ -225,6 +250,8 @@ class ObjectStore:
             return self.receiver(namespace, name)
         if kind == "Secret":
             return self.secret(namespace, name)
+        if kind == "Silence":
+            return self.silence(namespace, name)
         return None
 
 

@@ -282,6 +282,9 @@ def test_defaults_are_fluxs() -> None:
     for kind in KINDS:
         defaults.update({f"{kind}{path}": value for path, value in _defaults(_schema(kind), "")})
     assert defaults == {
+        # inside a beyond-Flux field (issue 26): only present when the field is, so a Flux manifest gets none
+        "Alert.spec.inhibitRules[].sourceMatchers[].matchType": "=",
+        "Alert.spec.inhibitRules[].targetMatchers[].matchType": "=",
         "Alert.spec.eventSeverity": "info",
         "Alert.status": {"observedGeneration": -1},
         "Provider.status": {"observedGeneration": -1},
