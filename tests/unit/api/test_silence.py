@@ -56,7 +56,10 @@ def test_starts_at_and_ends_at_are_taken_as_given() -> None:
         ({"duration": "0s"}, "longer than 0s"),
         ({"duration": "2h", "matchers": [{"name": "colour", "value": "x"}]}, "is not one of kind, name"),
         ({"duration": "2h", "matchers": [{"name": "name", "matchType": "=~", "value": "("}]}, "not an RE2"),
-        ({"duration": "2h", "matchers": [{"name": "name", "value": "x" * (MAX_MATCHER_VALUE + 1)}]}, "longer"),
+        (
+            {"duration": "2h", "matchers": [{"name": "name", "value": "x" * (MAX_MATCHER_VALUE + 1)}]},
+            "longer",
+        ),
         ({"duration": "2h", "matchers": [{"name": "name", "value": "x"}] * (MAX_MATCHERS + 1)}, "limit"),
     ],
 )
