@@ -1,0 +1,80 @@
+"""Matchers at run time: Alertmanager's semantics (anchored RE2, absent metadata is ""), bounded work."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from notification_controller.api.event import Event
+from notification_controller.api.silence import MAX_MATCHER_VALUE, MAX_MATCHERS, Matcher
+from notification_controller.core.quiet import MAX_FIELD, EventFields, compiled
+
+
+def event(**overrides: Any) -> Event:
+    raw: dict[str, Any] = {
+        "involvedObject": {"kind": "Kustomization", "namespace": "apps", "name": "apps-web"},
+        "severity": "error",
+        "timestamp": "2026-11-27T10:00:00Z",
+        "message": "health check failed",
+        "reason": "HealthCheckFailed",
+        "reportingController": "kustomize-controller",
+        "metadata": {"env": "prod"},
+    }
+    raw.update(overrides)
+    return Event.from_raw(raw)
+
+
+def matches(*texts: str, ev: Event | None = None) -> bool:
+    fields = EventFields(ev or event(), alert="on-call", provider="slack")
+    return compiled([Matcher.parse(t) for t in texts])(fields)
+
+
+@pytest.mark.parametrize(
+    ("texts", "expected"),
+    [
+        (("kind=Kustomization",), True),
+        (("kind=Kustomization", "name=~apps-.*"), True),
+        (("name=~apps",), False),  # anchored at both ends, as Alertmanager's
+        (("name=~web",), False),
+        (("name=~.*web",), True),
+        (("namespace!=apps",), False),
+        (("reason!~Progressing|ReconciliationSucceeded",), True),
+        (("severity=error", "alert=on-call", "provider=slack"), True),
+        (("metadata.env=prod",), True),
+        (("metadata.region=",), True),  # absent reads as ""
+        (("metadata.region!=eu",), True),
+        (("metadata.region=~.+",), False),
+        ((), True),
+    ],
+)
+def test_alertmanager_semantics(texts: tuple[str, ...], expected: bool) -> None:
+    assert matches(*texts) is expected
+
+
+def test_fields_list_what_a_matcher_may_name() -> None:
+    fields = EventFields(event(), alert="a", provider="p")
+    assert dict(fields) == {
+        "kind": "Kustomization",
+        "name": "apps-web",
+        "namespace": "apps",
+        "reason": "HealthCheckFailed",
+        "severity": "error",
+        "alert": "a",
+        "provider": "p",
+        "metadata.env": "prod",
+    }
+
+
+def test_a_hostile_silence_against_a_hostile_event_is_bounded() -> None:
+    """32 matchers of 1,024 characters built to make a DFA thrash, against a 1 MB metadata value: the value
+    is cut at MAX_FIELD and RE2 is linear, so one evaluation stays far below a second."""
+    value = "ab" * 500_000
+    ev = event(metadata={"k": value})
+    pattern = ("(a|b)*a(a|b){20}" + "x?" * 400)[:MAX_MATCHER_VALUE]
+    predicate = compiled([Matcher.parse(f"metadata.k=~{pattern}")] * MAX_MATCHERS)
+    start = time.process_time()
+    predicate(EventFields(ev))
+    assert time.process_time() - start < 1.0
+    assert len(EventFields(ev)["metadata.k"]) == MAX_FIELD
