@@ -391,6 +391,26 @@ class NoiseControlSettings:
 
 
 @dataclass(frozen=True)
+class SilenceSettings:
+    """Silences (issue 26, docs/silences.md): how long expired ones are kept, who may silence every namespace."""
+
+    retention: float = opt(
+        24 * 3600.0,
+        "--silence-retention",
+        "delete a Silence this long after it expired (cluster: the object; local mode: only files the "
+        "silence CLI wrote); 0 keeps them",
+        kind="duration",
+        show_default="24h",
+    )
+    cluster_namespace: str = opt(
+        "",
+        "--cluster-silences-namespace",
+        "a Silence in this namespace with spec.allNamespaces: true holds the Alerts of every namespace "
+        "(empty: no cluster-wide Silences)",
+    )
+
+
+@dataclass(frozen=True)
 class Settings:
     server: ServerSettings = field(default_factory=ServerSettings)
     events: EventSettings = field(default_factory=EventSettings)
@@ -401,6 +421,7 @@ class Settings:
     log: LogSettings = field(default_factory=LogSettings)
     store: StoreSettings = field(default_factory=StoreSettings)
     noise: NoiseControlSettings = field(default_factory=NoiseControlSettings)
+    silences: SilenceSettings = field(default_factory=SilenceSettings)
     sandbox: SandboxSettings = field(default_factory=SandboxSettings)
     feature_gates: dict[str, bool] = opt(
         dict,

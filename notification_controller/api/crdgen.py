@@ -1,4 +1,4 @@
-"""Generate the three CustomResourceDefinitions from the pydantic models.
+"""Generate the CustomResourceDefinitions (Flux's three, and our ``Silence``) from the pydantic models.
 
 Why: the models in ``api/`` are the one description of what an Alert, Provider or Receiver may contain.
 Generating the CRDs from them means the API server and the controller cannot disagree about a field,
@@ -45,8 +45,9 @@ from .alert import Alert
 from .common import Condition
 from .provider import Provider
 from .receiver import Receiver
+from .silence import Silence
 
-KINDS: tuple[type[BaseModel], ...] = (Alert, Provider, Receiver)
+KINDS: tuple[type[BaseModel], ...] = (Alert, Provider, Receiver, Silence)
 """Top-level object models; each becomes one CRD with one served+storage version."""
 
 CATEGORIES = ["all", "fluxcd", "fluxcd-notifications"]
@@ -57,6 +58,21 @@ PRINTER_COLUMNS: list[dict[str, str]] = [
     {"jsonPath": '.status.conditions[?(@.type=="Ready")].message', "name": "Status", "type": "string"},
 ]
 """Flux's Receiver columns; Alert and Provider get the same ones because ours report Ready in status."""
+
+SILENCE_CATEGORIES = ["all", "notification-controller"]
+"""A Silence is ours, not Flux's (issue 26): ``kubectl get fluxcd`` does not list it, ``kubectl get
+notification-controller`` does."""
+SILENCE_PRINTER_COLUMNS: list[dict[str, str]] = [
+    {"jsonPath": ".status.state", "name": "State", "type": "string"},
+    # a string, not a date: kubectl prints a date in the future as "<invalid>"
+    {"jsonPath": ".status.endsAt", "name": "Ends", "type": "string"},
+    {"jsonPath": ".status.held", "name": "Held", "type": "integer"},
+    {"jsonPath": ".metadata.creationTimestamp", "name": "Age", "type": "date"},
+]
+_NAMES: dict[type[BaseModel], tuple[list[str], list[dict[str, str]]]] = {
+    Silence: (SILENCE_CATEGORIES, SILENCE_PRINTER_COLUMNS),
+}
+"""Categories and printer columns of the kinds that are not Flux's (default: ``CATEGORIES``, ``PRINTER_COLUMNS``)."""
 
 _API_VERSION_DESCRIPTION = (
     "APIVersion defines the versioned schema of this representation of an object.\n"
@@ -292,6 +308,7 @@ def crd(model: type[BaseModel]) -> dict[str, Any]:
     """The CustomResourceDefinition (``apiextensions.k8s.io/v1``) of one top-level object model."""
     group, version, kind = _kind_and_version(model)
     plural = _plural(kind)
+    categories, columns = _NAMES.get(model, (CATEGORIES, PRINTER_COLUMNS))
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -299,7 +316,7 @@ def crd(model: type[BaseModel]) -> dict[str, Any]:
         "spec": {
             "group": group,
             "names": {
-                "categories": list(CATEGORIES),
+                "categories": list(categories),
                 "kind": kind,
                 "listKind": f"{kind}List",
                 "plural": plural,
@@ -308,7 +325,7 @@ def crd(model: type[BaseModel]) -> dict[str, Any]:
             "scope": "Namespaced",
             "versions": [
                 {
-                    "additionalPrinterColumns": copy.deepcopy(PRINTER_COLUMNS),
+                    "additionalPrinterColumns": copy.deepcopy(columns),
                     "name": version,
                     "schema": {"openAPIV3Schema": openapi_schema(model)},
                     "served": True,

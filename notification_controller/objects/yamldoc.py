@@ -27,6 +27,11 @@ What it leans on in PyYAML, none of it documented API: the C composer looks ``re
 path resolvers (so ``resolve`` is a pure function and may be cached across documents), and the node classes
 and ``construct_object(node, deep=True)`` keep their shape. ``tests/unit/test_dependency_internals.py``
 asserts each of these directly: a PyYAML release that changes one fails there, naming this module.
+
+One deliberate difference from ``yaml.load``: a plain ``=`` is the string ``"="``, as in Kubernetes' YAML
+(Go, YAML 1.2), where PyYAML resolves it to YAML 1.1's ``value`` type, which a safe loader cannot build
+("could not determine a constructor"). A Silence's ``matchType: =`` (issue 26), as ``kubectl`` takes it and
+as ``kubectl kustomize`` writes it, must load in local mode too.
 """
 
 from __future__ import annotations
@@ -41,11 +46,24 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 # libyaml's parser when PyYAML was built with it (10x the pure-Python one), else the pure-Python loader.
 if TYPE_CHECKING:
-    BaseLoader = yaml.SafeLoader
+    _SafeLoader = yaml.SafeLoader
 else:
-    BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    _SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 _STR = "tag:yaml.org,2002:str"
+VALUE_TAG = "tag:yaml.org,2002:value"
+"""YAML 1.1's ``=``: a plain string to Kubernetes (see the module docstring)."""
+
+
+class BaseLoader(_SafeLoader):
+    """PyYAML's safe loader (libyaml's when built with it) reading a plain ``=`` as the string ``"="``."""
+
+
+def _equals_sign(loader: BaseLoader, node: Node) -> str:
+    return str(node.value)
+
+
+BaseLoader.add_constructor(VALUE_TAG, _equals_sign)
 _NULL = "tag:yaml.org,2002:null"
 _MAP = "tag:yaml.org,2002:map"
 _SEQ = "tag:yaml.org,2002:seq"
@@ -91,6 +109,8 @@ def _build(loader: Any, node: Node) -> Any:
             return node.value
         if tag == _NULL:
             return None
+        if tag == VALUE_TAG:
+            return node.value
     elif kind is MappingNode:
         if tag == _MAP:
             built: dict[Any, Any] = {}

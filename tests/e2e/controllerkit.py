@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from notification_controller.objects.yamldoc import BaseLoader as KubeYAML  # kustomize writes `=` plain
 from tests.e2e.apiserver import KubeTestServer
 from tests.support.capture import CapturedRequest
 from tests.support.ports import listener_ports
@@ -47,7 +48,7 @@ def render_config() -> list[dict[str, Any]]:
         capture_output=True,
         text=True,
     ).stdout
-    return [d for d in yaml.safe_load_all(out) if d]
+    return [d for d in yaml.load_all(out, Loader=KubeYAML) if d]
 
 
 def install(kube: KubeTestServer) -> None:

@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 import yaml
 
+from notification_controller.objects.yamldoc import BaseLoader as KubeYAML  # kustomize writes `=` plain
 from tests.e2e.apiserver import KubeTestServer, KubeTestServerError, ensure_apiserver_binary
 from tests.e2e.controllerkit import (
     NS,
@@ -57,7 +58,7 @@ def _render(repo: Path) -> list[Obj]:
     out = subprocess.run(
         ["/usr/bin/kubectl", "kustomize", str(repo)], capture_output=True, text=True, timeout=60, check=True
     ).stdout
-    return [d for d in yaml.safe_load_all(out) if d]
+    return [d for d in yaml.load_all(out, Loader=KubeYAML) if d]
 
 
 def bootstrap_repo(tmp: Path, *, with_component: bool) -> Path:

@@ -19,6 +19,7 @@ import yaml
 
 from notification_controller.api import GROUP
 from notification_controller.api.common import SourceKind
+from notification_controller.objects.yamldoc import BaseLoader as KubeYAML  # kustomize writes `=` plain
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "config"
@@ -72,7 +73,7 @@ def _kubectl_render() -> tuple[Obj, ...]:
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    return tuple(d for d in yaml.safe_load_all(result.stdout) if d)
+    return tuple(d for d in yaml.load_all(result.stdout, Loader=KubeYAML) if d)
 
 
 def _rendered() -> list[Obj]:
@@ -107,6 +108,7 @@ def test_inventory() -> None:
         ("CustomResourceDefinition", f"alerts.{GROUP}"),
         ("CustomResourceDefinition", f"providers.{GROUP}"),
         ("CustomResourceDefinition", f"receivers.{GROUP}"),
+        ("CustomResourceDefinition", "silences.notification-controller.io"),
         ("Deployment", "notification-controller"),
         ("NetworkPolicy", "notification-controller"),
         ("Role", "notification-controller-leader-election"),
@@ -124,9 +126,11 @@ def test_inventory() -> None:
 
 def test_crds_are_the_generated_ones() -> None:
     """config/crd points at crds/ (the generated source of truth), so the install cannot drift from it."""
-    for plural in ("alerts", "providers", "receivers"):
-        checked_in = yaml.safe_load((REPO / "crds" / f"{GROUP}_{plural}.yaml").read_text(encoding="utf-8"))
-        installed = copy.deepcopy(_one("CustomResourceDefinition", f"{plural}.{GROUP}"))
+    for group, plural in [(GROUP, p) for p in ("alerts", "providers", "receivers")] + [
+        ("notification-controller.io", "silences")
+    ]:
+        checked_in = yaml.safe_load((REPO / "crds" / f"{group}_{plural}.yaml").read_text(encoding="utf-8"))
+        installed = copy.deepcopy(_one("CustomResourceDefinition", f"{plural}.{group}"))
         assert installed["metadata"].pop("labels") == FLUX_LABELS  # config/default adds Flux's labels only
         assert installed == checked_in
 
@@ -248,6 +252,8 @@ CLUSTER_ROLE_ALLOW_LIST: set[tuple[str, str, str]] = {
     *(("", "secrets", v) for v in ("get", "list", "watch")),
     *((g, "events", v) for g in ("", "events.k8s.io") for v in ("create", "patch")),
     *((g, r, v) for g, resources in _TOOLKIT.items() for r in resources for v in _READ_PATCH),
+    *(("notification-controller.io", "silences", v) for v in ("get", "list", "watch", "delete")),
+    ("notification-controller.io", "silences/status", "patch"),  # status only; delete: --silence-retention
     ("", "services", "get"),
     ("", "serviceaccounts", "get"),  # workload identity: the ServiceAccount's cloud annotations
     ("", "serviceaccounts/token", "create"),  # workload identity: TokenRequest

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from notification_controller.cli import parse_args
+from notification_controller.objects.yamldoc import BaseLoader as KubeYAML  # kustomize writes `=` plain
 
 CONFIG = Path(__file__).resolve().parents[2] / "config"
 _KUBECTL = shutil.which("kubectl")
@@ -34,7 +35,7 @@ def _render(overlay: str) -> list[Obj]:
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    return [d for d in yaml.safe_load_all(done.stdout) if d]
+    return [d for d in yaml.load_all(done.stdout, Loader=KubeYAML) if d]
 
 
 def _only(objects: list[Obj], kind: str) -> Obj:

@@ -32,6 +32,16 @@ from notification_controller.api.provider import (
     ProviderType,
 )
 from notification_controller.api.receiver import Receiver, ReceiverSpec, ReceiverType
+from notification_controller.api.silence import (
+    MATCHER_NAME_PATTERN,
+    MAX_MATCHER_VALUE,
+    MAX_MATCHERS,
+    SILENCE_GROUP,
+    SILENCE_VERSION,
+    MatchType,
+    Silence,
+    SilenceState,
+)
 from notification_controller.errors import ManifestError
 from notification_controller.lib.duration import DURATION_PATTERN, TIMEOUT_PATTERN
 
@@ -45,7 +55,8 @@ VERSIONS = {"Alert": ALERT_VERSION, "Provider": PROVIDER_VERSION, "Receiver": RE
 @functools.cache
 def _load_crd(kind: str) -> dict[str, Any]:
     """The checked-in CRD, parsed once (callers treat it as read-only)."""
-    path = CRDS / f"{GROUP}_{kind.lower()}s.yaml"
+    group = SILENCE_GROUP if kind == "Silence" else GROUP
+    path = CRDS / f"{group}_{kind.lower()}s.yaml"
     document: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8"))
     return document
 
@@ -76,6 +87,7 @@ def test_checked_in_crds_equal_the_generator_output() -> None:
         f"{GROUP}_alerts.yaml",
         f"{GROUP}_providers.yaml",
         f"{GROUP}_receivers.yaml",
+        f"{SILENCE_GROUP}_silences.yaml",
     }
     stale = crdgen.drift(CRDS, files)
     assert stale == [], f"crds/ is out of date ({', '.join(stale)}): run `make crds` and commit the result"
@@ -672,4 +684,128 @@ def test_generator_only_documents_object_models() -> None:
 
 
 def test_kinds_cover_all_object_models() -> None:
-    assert (Alert, Provider, Receiver) == crdgen.KINDS
+    assert (Alert, Provider, Receiver, Silence) == crdgen.KINDS
+
+
+# ------------------------------------------------------------------------------------------ Silence
+
+
+def test_silence_crd_is_ours_not_fluxs() -> None:
+    """Issue 26: our group and version, our own categories (``kubectl get fluxcd`` must not list it), and
+    the columns an operator reads: state, when it ends, how much it held."""
+    crd = _load_crd("Silence")
+    spec = crd["spec"]
+    assert crd["metadata"]["name"] == f"silences.{SILENCE_GROUP}"
+    assert spec["group"] == SILENCE_GROUP == "notification-controller.io"
+    assert spec["scope"] == "Namespaced"
+    assert spec["names"] == {
+        "kind": "Silence",
+        "listKind": "SilenceList",
+        "plural": "silences",
+        "singular": "silence",
+        "categories": ["all", "notification-controller"],
+    }
+    (version,) = spec["versions"]
+    assert (version["name"], version["served"], version["storage"]) == (SILENCE_VERSION, True, True)
+    assert version["subresources"] == {"status": {}}
+    columns = [(c["name"], c["jsonPath"], c["type"]) for c in version["additionalPrinterColumns"]]
+    assert columns == [
+        ("State", ".status.state", "string"),
+        ("Ends", ".status.endsAt", "string"),
+        ("Held", ".status.held", "integer"),
+        ("Age", ".metadata.creationTimestamp", "date"),
+    ]
+    schema = _schema("Silence")
+    assert list(_walk(schema, "$")) == []
+    assert _at(schema, "status.conditions[]") == crdgen.METAV1_CONDITION
+    assert _at(schema, "status.state")["enum"] == [s.value for s in SilenceState]
+    assert _at(schema, "spec.matchers[].matchType")["enum"] == [m.value for m in MatchType]
+
+
+def test_silence_bounds_are_in_the_schema() -> None:
+    """What a tenant writes is bounded by the API server too (the models check the same, for old servers)."""
+    schema = _schema("Silence")
+    assert _at(schema, "spec")["required"] == ["matchers"]
+    matchers = _at(schema, "spec.matchers")
+    assert (matchers["minItems"], matchers["maxItems"]) == (1, MAX_MATCHERS)
+    assert _at(schema, "spec.matchers[]")["required"] == ["name"]
+    assert _at(schema, "spec.matchers[].name")["pattern"] == MATCHER_NAME_PATTERN
+    assert _at(schema, "spec.matchers[].value")["maxLength"] == MAX_MATCHER_VALUE
+    assert _at(schema, "spec.createdBy")["maxLength"] == 256
+    assert _at(schema, "spec.comment")["maxLength"] == 1024
+    assert _at(schema, "spec.duration")["pattern"] == DURATION_PATTERN
+    assert _at(schema, "spec.summary")["default"] is True
+
+
+def _silence(**spec: Any) -> dict[str, Any]:
+    spec.setdefault("matchers", [{"name": "kind", "value": "Kustomization"}])
+    spec.setdefault("duration", "2h")
+    return {
+        "apiVersion": f"{SILENCE_GROUP}/{SILENCE_VERSION}",
+        "kind": "Silence",
+        "metadata": {"name": "s", "namespace": "default"},
+        "spec": spec,
+    }
+
+
+def test_a_valid_silence_passes_schema_and_model() -> None:
+    raw = _silence(
+        matchers=[
+            {"name": "kind", "value": "Kustomization"},
+            {"name": "name", "value": "apps-.*", "matchType": "=~"},
+            {"name": "metadata.env", "value": "prod", "matchType": "!="},
+        ],
+        comment="maintenance",
+        createdBy="alice",
+    )
+    assert _schema_errors(raw) == []
+    assert parse_object(raw).KIND == "Silence"
+
+
+_SILENCE_INVALID = [
+    pytest.param(_silence(matchers=[]), "spec.matchers", "non-empty", id="no-matchers"),
+    pytest.param(
+        _silence(matchers=[{"name": "kind", "value": "K"}] * (MAX_MATCHERS + 1)),
+        "spec.matchers",
+        "is too long",
+        id="too-many-matchers",
+    ),
+    pytest.param(
+        _silence(matchers=[{"name": "color", "value": "red"}]),
+        "spec.matchers[0].name",
+        "does not match",
+        id="unknown-matcher-name",
+    ),
+    pytest.param(
+        _silence(matchers=[{"name": "name", "value": "x" * (MAX_MATCHER_VALUE + 1)}]),
+        "spec.matchers[0].value",
+        "is too long",
+        id="value-too-long",
+    ),
+    pytest.param(
+        _silence(matchers=[{"name": "name", "value": "x", "matchType": "=="}]),
+        "spec.matchers[0].matchType",
+        "is not one of",
+        id="bad-match-type",
+    ),
+    pytest.param(_silence(duration="2 hours"), "spec.duration", "does not match", id="bad-duration"),
+]
+"""The model refuses each of these too; ``spec.comment``/``spec.createdBy`` over their bounds are the
+reconciler's to report (``controllers/silence.py``, tests/unit/controllers/test_silence.py)."""
+
+
+@pytest.mark.parametrize(("raw", "field", "schema_text"), _SILENCE_INVALID)
+def test_an_invalid_silence_is_rejected_by_schema_and_model(
+    raw: dict[str, Any], field: str, schema_text: str
+) -> None:
+    """The API server refuses it (schema) and local mode / ``check`` refuse it too (the model), naming the
+    same field."""
+    errors = _schema_errors(raw)
+    assert len(errors) == 1, errors
+    assert errors[0].startswith(f"{field}:") and schema_text in errors[0], errors
+    with pytest.raises(ManifestError) as info:
+        parse_object(raw)
+    assert field.startswith(str(info.value.field)) or str(info.value.field).startswith(field), (
+        info.value.field,
+        str(info.value),
+    )

@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from notification_controller.cli import parse_args
+from notification_controller.objects.yamldoc import BaseLoader as KubeYAML  # kustomize writes `=` plain
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "data" / "flux-install" / "gotk-components.yaml"
@@ -51,7 +52,7 @@ def _kustomize(directory: Path) -> list[Obj]:
         [_KUBECTL, "kustomize", str(directory)], capture_output=True, text=True, timeout=60, check=False
     )
     assert done.returncode == 0, done.stderr
-    return [d for d in yaml.safe_load_all(done.stdout) if d]
+    return [d for d in yaml.load_all(done.stdout, Loader=KubeYAML) if d]
 
 
 def _key(obj: Obj) -> tuple[str, str]:
@@ -149,10 +150,12 @@ def test_the_component_puts_our_crds_and_image_on_fluxs_objects(dist: Path, tmp_
     flux = {_key(o): o for o in flux_system(tmp_path, None)}
     ours = {_key(o): o for o in flux_system(tmp_path, dist)}
     installed = {_key(o): o for o in yaml.safe_load_all((dist / "install.yaml").read_text()) if o}
-    # Nothing of Flux's is removed; what is added is our RBAC only, under names Flux does not use.
+    # Nothing of Flux's is removed; what is added is our RBAC and our own CRD (Silence), under names Flux does
+    # not use.
     assert flux.keys() <= ours.keys()
     assert sorted(ours.keys() - flux.keys()) == sorted(
         [
+            ("CustomResourceDefinition", "silences.notification-controller.io"),
             ("ClusterRole", "notification-controller"),
             ("ClusterRoleBinding", "notification-controller"),
             ("Role", "notification-controller-leader-election"),
@@ -167,6 +170,8 @@ def test_the_component_puts_our_crds_and_image_on_fluxs_objects(dist: Path, tmp_
         assert ours[key]["spec"] == installed[key]["spec"]
         assert ours[key]["metadata"]["labels"] == flux[key]["metadata"]["labels"]
         assert ours[key]["spec"] != flux[key]["spec"]
+    silences = ("CustomResourceDefinition", "silences.notification-controller.io")
+    assert ours[silences]["spec"] == installed[silences]["spec"]  # the Silence CRD of install.yaml, as it is
     alert_spec = ours[("CustomResourceDefinition", "alerts.notification.toolkit.fluxcd.io")]["spec"]
     props = alert_spec["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
     assert {"filter", "threshold", "template"} <= props.keys()
