@@ -162,6 +162,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "notification_controller.deadletters:main",
         "list, replay or drop what a durable store gave up on",
     ),
+    "silence": (
+        "notification_controller.silences:main",
+        "add, list or expire Silences (hold matching notifications for a while)",
+    ),
     "version": ("notification_controller.cli:version_main", "print the version"),
 }
 """Subcommand -> (``"module:function"`` taking the arguments after the name and returning the exit status,
