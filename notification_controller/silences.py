@@ -65,6 +65,7 @@ from .core.apiref import InvalidReference, validate_name, validate_namespace
 from .errors import ManifestError
 from .lib.duration import parse_duration
 from .lib.output import add_output_flag, dump, escape_cell, table
+from .objects import yamldoc
 
 if TYPE_CHECKING:
     from .kube.client import KubeClient
@@ -533,13 +534,14 @@ class Directory:
         return [row(item.silence, now) for item in self.scan() if item.silence is not None]
 
 
-class _Loader(yaml.SafeLoader):
-    """Safe YAML where timestamps stay strings, as JSON and the API server give them."""
+class _Loader(yamldoc.BaseLoader):
+    """The controller's safe loader (a plain ``=`` is a string, as in Kubernetes' YAML), with timestamps
+    left as strings, as JSON and the API server give them, so a rewritten file keeps them as written."""
 
 
 _Loader.yaml_implicit_resolvers = {
     key: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-    for key, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    for key, resolvers in yamldoc.BaseLoader.yaml_implicit_resolvers.items()
 }
 
 

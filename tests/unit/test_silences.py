@@ -372,3 +372,22 @@ def test_a_missing_directory_is_an_error(tmp_path: Path) -> None:
     (tmp_path / "file.yaml").write_text("")
     with pytest.raises(SilenceError, match="not a directory"):
         Directory(tmp_path / "file.yaml")
+
+
+def test_a_directory_lists_silences_as_kubectl_takes_them(tmp_path: Path) -> None:
+    """Written by hand: ``matchType: =`` plain (YAML 1.1's value type to PyYAML, a string to Kubernetes and
+    to local mode), timestamps unquoted, in a multi-document file next to other kinds."""
+    (tmp_path / "all.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n---\n"
+        "apiVersion: notification-controller.io/v1alpha1\nkind: Silence\n"
+        "metadata: {name: freeze, namespace: apps}\n"
+        "spec:\n  matchers:\n  - {name: kind, value: Kustomization, matchType: =}\n"
+        "  startsAt: 2026-11-27T09:00:00Z\n  endsAt: 2026-11-27T11:00:00Z\n"
+    )
+    (tmp_path / "broken.yaml").write_text("apiVersion: [\n")
+    directory = Directory(tmp_path)
+    rows = directory.rows(NOW)
+    assert [(r["name"], r["state"], r["matchers"], r["createdByCli"]) for r in rows] == [
+        ("freeze", "Active", ["kind=Kustomization"], False)
+    ]
+    assert [w.split(": ", 1)[1] for w in directory.warnings] == ["skipped (ParserError)"]
