@@ -26,7 +26,6 @@ THROUGH: dict[str, str] = {
     "api/objects.py": "tests/adversarial/test_bad_manifests.py",
     "api/provider.py": "tests/unit/test_crds.py",
     "api/receiver.py": "tests/unit/test_crds.py",
-    "api/timeinterval.py": "tests/unit/test_crds.py",
     # the composition root, settings and the servers around it: through the real process
     "app.py": "tests/integration/test_process.py",
     "settings.py": "tests/unit/test_cli.py",
