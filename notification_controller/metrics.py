@@ -189,3 +189,11 @@ class NoiseMetrics:
             "notification_noise_store_keys",
             "Keys held by the in-process noise store (--store=memory), expired ones deleted.",
         )
+        self.in_place = counter(  # resolveInPlace (dispatch/quiet/inplace.py)
+            registry,
+            "notification_resolve_in_place_total",
+            "resolveInPlace deliveries by provider type and outcome: recorded (a failure's message id kept), "
+            "edited (a recovery edited it), fallback (the edit failed: the recovery was posted as a new "
+            "message), rejected (an answer's message id was refused), store_error.",
+            ["type", "outcome"],
+        )

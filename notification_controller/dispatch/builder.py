@@ -5,7 +5,8 @@ built (Alertmanager's ``PipelineBuilder``). Nothing is appended or assigned afte
 
     pre-queue  Flux's rules (rules.py) → noise control: filter → threshold → state change → repeat → group
     pre-send   [durable: noise filter at send, commit status at send] → hooks → templates → thread
-    post-send  thread started
+               → resolve in place (quiet/inplace.py: the message a recovery edits)
+    post-send  thread started → resolve in place (the failure's message id kept)
 
 Adding a stage is one module with a function (or a class with ``name`` and ``__call__``) and one line in
 one of the three lists below (CONTRIBUTING.md, "Adding a pipeline stage"). The builder also wires the
@@ -40,6 +41,7 @@ from .model import Delivery, Draft, EventSink, Queue
 from .noise import NoiseControl
 from .notifiers import NotifierCache
 from .outbox import DurableOutbox, DurableSettings, RedeliveryPolicy
+from .quiet.inplace import ResolveInPlace
 from .report import Reporter
 from .rules import CommitStatusAtSend, flux_rules
 from .stage import StageLike
@@ -93,6 +95,7 @@ def build(
         control = NoiseControl(
             state, store, clock, s.noise, warn=report.warn, metrics=noise_metrics, sandbox=sandbox
         )
+    in_place = ResolveInPlace(noise[0], clock, noise[1]) if noise is not None else None  # resolveInPlace
     rules = flux_rules(
         store,
         notifiers,
@@ -114,10 +117,12 @@ def build(
         *hooks,  # before the templates: a hook's changes reach the template (docs/templates.md)
         *((TemplateStage(template_errors, report.warn, sandbox),) if template_errors else ()),
         *(control.pre_send() if control else ()),
+        *(in_place.pre_send() if in_place else ()),  # after the thread: a recovery's reply goes there
         *pre_send,
     ]
     after_stages: list[StageLike[Delivery]] = [
         *(control.post_send() if control else ()),
+        *(in_place.post_send() if in_place else ()),
         *post_send,
     ]
     # ---- the components that run them ----------------------------------------------------------------

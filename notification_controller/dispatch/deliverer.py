@@ -109,13 +109,19 @@ class Deliverer:
         if delivery is None:
             return GONE
         ctx = self._context(delivery.alert, delivery.notification.commit_status)  # a stage may set it
-        if delivery.message is not None or delivery.thread is not None or delivery.body is not None:
+        if (
+            delivery.message is not None
+            or delivery.thread is not None
+            or delivery.body is not None
+            or delivery.edit is not None
+        ):
             ctx = dataclasses.replace(
                 ctx,
                 message=delivery.message,
                 thread=delivery.thread,
                 body=delivery.body,
                 templated=delivery.templated,
+                edit=delivery.edit,
             )
         try:
             if idempotency_key:

@@ -30,7 +30,7 @@ from ..api.provider import Provider
 from ..errors import ControllerError
 from ..objects.base import ObjectRef
 from ..providers.base import Notifier, ProviderOptions
-from ..providers.message import Message, Thread
+from ..providers.message import Edit, Message, Thread
 
 FORMAT_VERSION = 1
 
@@ -201,6 +201,8 @@ class Delivery:
     """Set by the template stage (a Provider's ``bodyTemplate``): the whole request body."""
     templated: bool = False
     """``message`` was rendered from the Alert's ``spec.template`` (``DeliveryContext.template``)."""
+    edit: Edit | None = None
+    """Set by the resolve-in-place stage (``resolveInPlace``): the message to edit, or to report."""
 
     @property
     def provider_type(self) -> str:

@@ -13,7 +13,7 @@ from ..api.event import Event
 from ..api.provider import Provider, ProviderType
 from ..core.redact import ADDRESS_PART_MIN, SecretValue
 from ..outbound import OutboundRequest, OutboundResponse
-from .message import Message, Thread
+from .message import Edit, Message, Thread
 
 if TYPE_CHECKING:
     from ..outbound import OutboundHTTP
@@ -91,6 +91,7 @@ class DeliveryContext:
     commit_status: str = ""  # git providers: this delivery's commit status id (dispatch/rules.py)
     message: Message | None = None  # a pre-send stage's message (template, group); None: Message.of(event)
     thread: Thread | None = None  # spec.threadBy: the conversation to post into (chat types that thread)
+    edit: Edit | None = None  # spec.resolveInPlace: the message to edit, or to report (chat types that edit)
     body: bytes | None = None  # a Provider's bodyTemplate, rendered (generic types)
     templated: bool = False  # ``message`` was rendered from the Alert's spec.template
 

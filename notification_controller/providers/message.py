@@ -89,3 +89,27 @@ class Thread:
     key: str
     ts: str = ""
     started: str = ""
+
+
+@dataclass(slots=True)
+class Edit:
+    """``spec.resolveInPlace`` (docs/silences.md): a delivery that may edit an earlier chat message.
+
+    With a ``target`` (Slack's ``ts`` with the ``channel`` ID chat.postMessage answered, or a Discord
+    message id) the notifier edits that message to say the object recovered (``after``: how long it
+    failed, e.g. ``12m``; ``thread``: the thread the message was posted in, where a ``threadBy`` reply
+    goes); when the edit fails it posts a new message instead and says why in ``fallback`` (a
+    ``FailureReason`` value). Without a target it posts as usual and reports the new message in ``posted``
+    and ``posted_channel`` (the stage then remembers it in the store); ``rejected`` is set when the
+    answer's id was not one (too long, not a string, not the expected characters)."""
+
+    key: str
+    target: str = ""
+    channel: str = ""
+    thread: str = ""
+    after: str = ""
+    posted: str = ""
+    posted_channel: str = ""
+    edited: bool = False
+    fallback: str = ""
+    rejected: bool = False

@@ -133,8 +133,13 @@ async def sqlite(tmp_path: Path) -> AsyncIterator[InstrumentedStore]:
 async def test_memory_store_stage_lists_are_written_out_in_the_apps_order_and_frozen() -> None:
     pipeline = app_pipeline(objects(), None)
     assert names(pipeline.dispatcher.pre_queue.stages) == [*FLUX_RULES, *NOISE]
-    assert names(pipeline.deliverer.pre_send.stages) == ["hooks", "template", "noise-thread"]
-    assert names(pipeline.deliverer.post_send.stages) == ["noise-thread-started"]
+    assert names(pipeline.deliverer.pre_send.stages) == [
+        "hooks",
+        "template",
+        "noise-thread",
+        "resolve-in-place",
+    ]
+    assert names(pipeline.deliverer.post_send.stages) == ["noise-thread-started", "resolve-in-place-record"]
     for runner in (pipeline.dispatcher.pre_queue, pipeline.deliverer.pre_send, pipeline.deliverer.post_send):
         assert isinstance(runner.stages, tuple)  # nothing appended after construction
     assert pipeline.outbox is None and not pipeline.dispatcher.queue.durable
@@ -149,6 +154,7 @@ async def test_durable_store_defers_tenant_expressions_to_send_time(sqlite: Inst
         "hooks",
         "template",
         "noise-thread",
+        "resolve-in-place",
     ]
     assert pipeline.outbox is not None and pipeline.dispatcher.queue is pipeline.outbox
     assert not hasattr(pipeline.outbox, "dispatcher")  # no back-pointer: it holds Deliverer.deliver
