@@ -1,6 +1,8 @@
 """``threadBy``: a pre-send stage (it reads the thread of the key) and a post-send one (``started``
-remembers the thread a delivery started); for notifiers whose ``threads`` is true (Slack's
-chat.postMessage with a bot token)."""
+remembers the thread a delivery started); for notifiers whose ``threads`` is true (Slack's Web API with a
+bot token: any address whose path ends with ``/chat.postMessage``, slack.com, slack-gov.com or a proxy,
+``providers/slack.py``). With ``resolveInPlace`` the recovery's reply goes under the edited message
+(``dispatch/quiet/inplace.py``), and that message's thread is then the key's thread if it had none."""
 
 from __future__ import annotations
 
