@@ -391,3 +391,12 @@ def test_a_directory_lists_silences_as_kubectl_takes_them(tmp_path: Path) -> Non
         ("freeze", "Active", ["kind=Kustomization"], False)
     ]
     assert [w.split(": ", 1)[1] for w in directory.warnings] == ["skipped (ParserError)"]
+
+
+def test_the_docs_example_is_a_valid_silence() -> None:
+    page = (Path(__file__).resolve().parents[2] / "docs" / "silences.md").read_text()
+    section = page[page.index("\n## Silences\n") :]
+    example = section[section.index("```yaml\n") + 8 : section.index("```\n", section.index("```yaml\n") + 8)]
+    silence = parse_object(yaml.safe_load(example))
+    assert isinstance(silence, Silence) and len(silence.spec.matchers) == 3
+    assert row(silence, datetime(2026, 12, 25, tzinfo=UTC))["state"] == "Active"
