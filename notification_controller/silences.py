@@ -43,6 +43,7 @@ import getpass
 import os
 import re
 import secrets
+import stat
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -552,7 +553,9 @@ def _yaml(manifest: dict[str, Any]) -> str:
 def write_atomically(path: Path, text: str, *, replace: bool) -> None:
     """``text`` at ``path`` all at once: written and fsynced under a name the controller's loader ignores
     (``.NAME.tmp``), then renamed over ``path`` (``replace``) or hard-linked to it (fails if it exists, so
-    ``add`` never overwrites a file it did not just check). A poll sees the old file or the new one."""
+    ``add`` never overwrites a file it did not just check). A poll sees the old file or the new one. The
+    temporary file is created exclusively (a planted file or symlink of that name fails the write) and a
+    rename replaces a symlink at ``path`` rather than writing through it."""
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
     try:
         with open(tmp, "x", encoding="utf-8") as handle:
@@ -560,6 +563,8 @@ def write_atomically(path: Path, text: str, *, replace: bool) -> None:
             handle.flush()
             os.fsync(handle.fileno())
         if replace:
+            with contextlib.suppress(FileNotFoundError):  # the rewritten file keeps its permissions
+                os.chmod(tmp, stat.S_IMODE(path.stat().st_mode))
             os.replace(tmp, path)
         else:
             try:

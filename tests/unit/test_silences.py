@@ -400,3 +400,11 @@ def test_the_docs_example_is_a_valid_silence() -> None:
     silence = parse_object(yaml.safe_load(example))
     assert isinstance(silence, Silence) and len(silence.spec.matchers) == 3
     assert row(silence, datetime(2026, 12, 25, tzinfo=UTC))["state"] == "Active"
+
+
+def test_a_rewrite_keeps_the_permissions(tmp_path: Path) -> None:
+    path = tmp_path / "silence-x.yaml"
+    write_atomically(path, "one\n", replace=False)
+    path.chmod(0o640)
+    write_atomically(path, "two\n", replace=True)
+    assert path.read_text() == "two\n" and path.stat().st_mode & 0o777 == 0o640
