@@ -1,0 +1,216 @@
+"""The silence stage (pre-queue, after noise control): a notification whose fields match every matcher of an
+active Silence of its Alert's namespace is held (``Suppressed.SILENCED``), counted for the summary
+(``held.py``) and sent as part of one summary when the Silence ends (``summary.py``). docs/silences.md.
+
+Which Silences apply: those of the Alert's namespace, and with ``--cluster-silences-namespace=NS`` those of
+``NS`` with ``spec.allNamespaces: true``. A Silence that is invalid (its status says why: the reconciler
+reports it) or not active at this instant holds nothing.
+
+Cost. A namespace without a Silence costs one dict lookup per notification. Otherwise each Silence is
+compiled once per version (its matchers into one predicate, its window into two numbers; ``Compiled``), kept
+until the Silence changes; the namespace's list is kept sorted by end, latest first, so the first match is the
+Silence that holds longest (the summary then comes when nothing holds any more) and the search stops there.
+Silences are a tenant's to write and events an unauthenticated client's to send, so at most
+``MAX_EVALUATED`` active Silences are evaluated per notification (those that end last): beyond that a
+notification is not checked against the rest, counted in
+``notification_noise_untracked_total{stage="silence",reason="silence_limit"}`` and reported by a Warning on
+the Alert at most every five minutes. With RE2 (linear) and fields cut at 4 KB (``core/quiet.py``) one
+notification costs at most ``MAX_EVALUATED × 32`` matcher runs (tests/adversarial/test_silence_load.py
+measures 1,000 Silences of 32 regular expressions against hostile events).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from ...api.alert import Alert
+from ...api.silence import Silence
+from ...core.noise import Suppressed
+from ...core.quiet import EventFields, Predicate, compiled
+from ...errors import StoreError
+from ...objects.base import Change
+from ..model import Draft, Drop
+from .held import QuietState, alert_id, silence_total_key
+
+log = logging.getLogger(__package__)
+
+MAX_EVALUATED = 64
+"""Active Silences evaluated per notification at most (those ending last; the module docstring)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Compiled:
+    """One valid Silence, ready for the hot path."""
+
+    silence: Silence
+    starts: float
+    ends: float
+    predicate: Predicate
+
+    @property
+    def namespace(self) -> str:
+        return self.silence.metadata.namespace
+
+    @property
+    def name(self) -> str:
+        return self.silence.metadata.name
+
+    @property
+    def uid(self) -> str:
+        return self.silence.metadata.uid or f"{self.namespace}/{self.name}"
+
+    @property
+    def label(self) -> str:
+        return f"Silence {self.namespace}/{self.name}"
+
+    @property
+    def total_key(self) -> str:
+        return silence_total_key(self.namespace, self.name, self.uid)
+
+    def active(self, now: float) -> bool:
+        return self.starts <= now < self.ends
+
+    def describe(self) -> str:
+        """``held by Silence ns/name until <time> (matchers ...)`` (the Drop's message, explain's line)."""
+        until = datetime.fromtimestamp(self.ends, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        matchers = ", ".join(str(m) for m in self.silence.spec.matchers)
+        return f"held by {self.label} until {until} (matchers {matchers})"
+
+
+def compile_silence(silence: Silence) -> Compiled | None:
+    """The Silence ready to match, or None when it is invalid (it then holds nothing)."""
+    if silence.spec.validation_errors():
+        return None
+    window = silence.window()
+    if window is None:
+        return None
+    starts, ends = window
+    return Compiled(silence, starts.timestamp(), ends.timestamp(), compiled(silence.spec.matchers))
+
+
+class SilenceIndex:
+    """The compiled Silences per namespace, latest end first, kept current by the object cache's changes."""
+
+    def __init__(self, core: QuietState) -> None:
+        self.core = core
+        self._compiled: dict[tuple[str, str], tuple[Silence, Compiled | None]] = {}
+        self._by_ns: dict[str, tuple[Compiled, ...]] = {}
+        self._cluster: tuple[Compiled, ...] | None = None
+        core.objects.subscribe(self._changed)
+
+    def _changed(self, change: Change) -> None:
+        if change.kind != "Silence":
+            return
+        self._compiled.pop((change.namespace, change.name), None)
+        self._by_ns.pop(change.namespace, None)
+        if change.namespace == self.core.cluster_namespace:
+            self._cluster = None
+
+    def _compile(self, silences: Sequence[Silence]) -> tuple[Compiled, ...]:
+        out: list[Compiled] = []
+        for silence in silences:
+            key = (silence.metadata.namespace, silence.metadata.name)
+            cached = self._compiled.get(key)
+            if cached is None or cached[0] is not silence:
+                cached = (silence, compile_silence(silence))
+                self._compiled[key] = cached
+            if cached[1] is not None:
+                out.append(cached[1])
+        out.sort(key=lambda c: (-c.ends, c.namespace, c.name))
+        return tuple(out)
+
+    def of_namespace(self, namespace: str) -> tuple[Compiled, ...]:
+        found = self._by_ns.get(namespace)
+        if found is None:
+            found = self._by_ns[namespace] = self._compile(self.core.objects.silences_in(namespace))
+        return found
+
+    def cluster_wide(self) -> tuple[Compiled, ...]:
+        if self._cluster is None:
+            in_ns = self.core.objects.silences_in(self.core.cluster_namespace)
+            self._cluster = self._compile([s for s in in_ns if s.spec.all_namespaces])
+        return self._cluster
+
+    def applying(self, namespace: str) -> tuple[tuple[Compiled, ...], tuple[Compiled, ...]]:
+        """The Silences that may hold the notifications of an Alert in ``namespace``: its own, cluster-wide."""
+        own = self.of_namespace(namespace)
+        cluster = self.core.cluster_namespace
+        return own, (self.cluster_wide() if cluster and cluster != namespace else ())
+
+    def match(self, draft: Draft, now: float) -> tuple[Compiled | None, bool]:
+        """The active Silence ending last whose matchers all match, and whether the bound cut the search."""
+        alert = draft.alert
+        own, cluster = self.applying(alert.metadata.namespace)
+        if not own and not cluster:
+            return None, False
+        fields = EventFields(draft.event, alert=alert.metadata.name, provider=alert.spec.provider_ref.name)
+        budget = MAX_EVALUATED
+        best: Compiled | None = None
+        for candidates in (own, cluster):
+            for c in candidates:
+                if best is not None and c.ends <= best.ends:
+                    break  # sorted by end: nothing later can hold longer
+                if not c.active(now):
+                    continue
+                if budget == 0:
+                    return best, True
+                budget -= 1
+                if c.predicate(fields):
+                    best = c
+                    break
+        return best, False
+
+
+class Silences:
+    """The pre-queue stage (the module docstring)."""
+
+    name = "quiet-silence"
+
+    def __init__(self, core: QuietState) -> None:
+        self.core = core
+        self.index = SilenceIndex(core)
+
+    def __call__(self, draft: Draft) -> Draft | Drop | Awaitable[Draft | Drop]:
+        namespace = draft.alert.metadata.namespace
+        if not self.core.objects.silences_in(namespace) and not self.core.cluster_namespace:
+            return draft  # the common case: one dict lookup
+        silence, cut = self.index.match(draft, self.core.now())
+        if cut:
+            self._limited(draft.alert)
+        if silence is None:
+            return draft
+        return self._hold(draft, silence)
+
+    def _limited(self, alert: Alert) -> None:
+        self.core.limited(
+            alert,
+            "silence",
+            "silence_limit",
+            f"more than {MAX_EVALUATED} active Silences apply to this Alert: notifications are checked against "
+            f"the {MAX_EVALUATED} that end last only",
+        )
+
+    async def _hold(self, draft: Draft, silence: Compiled) -> Draft | Drop:
+        now = self.core.now()
+        try:
+            await self.core.held.record(
+                alert_id(draft.alert),
+                silence.uid,
+                silence.label,
+                silence.ends,
+                draft.event,
+                now,
+                total_key=silence.total_key,
+            )
+        except StoreError as exc:
+            self.core.store_failed("silence", exc)
+            return draft
+        self.core.held_for(draft.alert)
+        return Drop(
+            Suppressed.SILENCED,
+            f"{draft.event.involved_object.describe()}: {silence.describe()}",
+            suppressed=True,
+        )
