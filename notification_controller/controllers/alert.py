@@ -25,12 +25,18 @@ treated as working (suspension is deliberate; the Alert's configuration is fine)
 An Alert with noise-control fields also gets a ``NoiseControl`` condition (True, ``Active``) whose message
 says what takes effect, e.g. "filter; threshold 3 within 10m; state changes only; grouped by [reason]
 (wait 30s, interval 5m)": the settings are visible, never silent (docs/noise-control.md).
+
+While a Silence or the Alert's mute window holds notifications, a ``Held`` condition (True, ``Silenced`` or
+``Muted``) says how many, by what and until when (``held``: ``dispatch/quiet``'s ``Quiet.status``, read from
+the store, so every replica's holds count). The quiet stages ask for a reconcile at most every 10 s per Alert;
+while something is held the Alert is reconciled again every ``HELD_REFRESH`` (docs/silences.md).
 """
 
 from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..api import FINALIZER
@@ -38,6 +44,7 @@ from ..api.alert import Alert
 from ..api.common import ConditionStatus
 from ..core import conditions as cond
 from ..core.matching import compile_error, filter_error
+from ..errors import StoreError
 from ..hooks.reconcile import alert_children
 from ..objects.base import Key, ObjectRef
 from .base import DONE, Reconciler, Result, StatusDraft
@@ -68,6 +75,9 @@ def alert_template_error(alert: Alert) -> str | None:
 
 NOISE_CONTROL = "NoiseControl"
 NOISE_ACTIVE = "Active"
+HELD = "Held"
+HELD_REFRESH = 60.0
+"""Seconds between two reconciles of an Alert while notifications are held (the count and the end follow)."""
 
 
 def noise_summary(alert: Alert) -> str:
@@ -172,6 +182,8 @@ class AlertReconciler(Reconciler[Alert]):
     logger = log
     suspended_log = "reconciliation is suspended for this object: %s"
     ready_message = READY_MESSAGE
+    held: Callable[[Alert], Awaitable[tuple[str, str] | None]] | None = None
+    """What is held for an Alert now, as (reason, message) (``Quiet.status``); set by the composition root."""
 
     # ---- watches ----------------------------------------------------------------------------------
     def references(self, obj: Alert) -> list[Key]:
@@ -220,6 +232,7 @@ class AlertReconciler(Reconciler[Alert]):
             draft.conditions.mark_true(NOISE_CONTROL, NOISE_ACTIVE, summary)
         else:
             draft.conditions.delete(NOISE_CONTROL)
+        done = await self._held(obj, draft)
 
         draft.conditions.mark_reconciling()
         ns, name = obj.metadata.namespace, obj.spec.provider_ref.name
@@ -228,10 +241,10 @@ class AlertReconciler(Reconciler[Alert]):
             draft.conditions.mark_false(
                 cond.READY, cond.PROVIDER_NOT_FOUND, f"Provider '{name}' not found in namespace '{ns}'"
             )
-            return DONE
+            return done
         if provider.spec.suspend:
             draft.conditions.mark_true(cond.READY, cond.SUCCEEDED, READY_MESSAGE)
-            return DONE
+            return done
         ready = cond.find(provider.status.conditions, cond.READY)
         if ready is None or (
             ready.observed_generation is not None
@@ -251,4 +264,20 @@ class AlertReconciler(Reconciler[Alert]):
             )
         else:
             draft.conditions.mark_true(cond.READY, cond.SUCCEEDED, READY_MESSAGE)
-        return DONE
+        return done
+
+    async def _held(self, obj: Alert, draft: StatusDraft) -> Result:
+        """The ``Held`` condition; reconcile again in ``HELD_REFRESH`` while something is held."""
+        if self.held is None:
+            return DONE
+        try:
+            held = await self.held(obj)
+        except StoreError as exc:
+            log.debug("alert %s: held notifications unknown: %s", self.describe(obj), exc)
+            return Result(requeue_after=HELD_REFRESH)
+        if held is None:
+            draft.conditions.delete(HELD)
+            return DONE
+        reason, message = held
+        draft.conditions.mark_true(HELD, reason, message)
+        return Result(requeue_after=HELD_REFRESH)
