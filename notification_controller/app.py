@@ -136,6 +136,7 @@ class App:
             redactor=self.redactor,
             recorder=self.recorder,
             hooks=self.hooks.reconcile,
+            silences=s.silences,
         )
         self.limiter = FixedWindowLimiter(s.events.rate_limit_interval, self.clock)
         # tenant templates and CEL beyond the inline-safe subset: worker processes (issue 23), started lazily

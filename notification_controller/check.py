@@ -152,9 +152,12 @@ def _namespaced(raw: dict[str, Any]) -> dict[str, Any]:
 
 def _rule_findings(doc: _Doc, obj: Alert | Provider | Receiver | Silence) -> list[Finding]:
     """The reconcilers' checks beyond the schema, each error on its own."""
+    from .controllers.alert import alert_errors, field_of
+
     if isinstance(obj, Silence):
-        return [doc.finding("spec", message) for message in obj.spec.validation_errors()]
-    from .controllers.alert import alert_errors
+        from .controllers.silence import silence_errors
+
+        return [_finding(doc, field_of(message), message) for message in silence_errors(obj)]
     from .controllers.provider import provider_errors
     from .controllers.receiver import receiver_errors
 
@@ -162,7 +165,13 @@ def _rule_findings(doc: _Doc, obj: Alert | Provider | Receiver | Silence) -> lis
         errors = alert_errors(obj)
     else:
         errors = provider_errors(obj) if isinstance(obj, Provider) else receiver_errors(obj)
-    return [doc.finding(field, message) for _, field, message in errors]
+    return [_finding(doc, field, message) for _, field, message in errors]
+
+
+def _finding(doc: _Doc, field: str, message: str) -> Finding:
+    """A finding whose message does not repeat the field it starts with (``spec.muteTimes[0].weekdays[1]:
+    fryday is not a valid weekday`` is printed after the field already)."""
+    return doc.finding(field, message.removeprefix(f"{field}: "))
 
 
 # ---- input -------------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
 
+from .api.silence import SILENCE_API_VERSION
 from .errors import KubeError
 from .kube.client import KubeClient
 from .kube.cluster import KubeCluster
@@ -37,8 +38,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_VERSIONS = {"Alert": "v1beta3", "Provider": "v1beta3", "Receiver": "v1"}
 GROUP = "notification.toolkit.fluxcd.io"
+_API_VERSIONS = {
+    "Alert": f"{GROUP}/v1beta3",
+    "Provider": f"{GROUP}/v1beta3",
+    "Receiver": f"{GROUP}/v1",
+    "Silence": SILENCE_API_VERSION,
+}
 
 
 class KubeConnection:
@@ -138,11 +144,11 @@ class KubeRuntime:
         if entry is None:
             return
         kind, namespace, name = key
-        if kind not in _VERSIONS:
+        if kind not in _API_VERSIONS:
             return
         raw, error = entry
         meta = raw.get("metadata") or {}
-        ref = ObjectRef(f"{GROUP}/{_VERSIONS[kind]}", kind, namespace, name, str(meta.get("uid", "")))
+        ref = ObjectRef(_API_VERSIONS[kind], kind, namespace, name, str(meta.get("uid", "")))
         generation = int(meta.get("generation") or 0)
         # Terminal, as docs/status.md promises: Ready=False and Stalled=True, reason ValidationFailed, with
         # Flux's prefix for configuration errors (the object cannot be fixed by retrying, only by an edit).

@@ -1,4 +1,4 @@
-"""Runs the Receiver, Provider and Alert reconcilers against the store, in either mode.
+"""Runs the Receiver, Provider, Alert and Silence reconcilers against the store, in either mode.
 
 ``ControllerManager`` is the controller-runtime manager of this process, reduced to what it needs:
 
@@ -37,7 +37,7 @@ from ..hooks.reconcile import ReconcileHooks
 from ..lib.clock import Clock
 from ..logsetup import fields, log_context, object_fields
 from ..objects.base import Change, Cluster, Key, ObjectStore
-from ..settings import EventSettings, KubeSettings
+from ..settings import EventSettings, KubeSettings, SilenceSettings
 from .alert import AlertReconciler
 from .base import Reconciler, Result
 from .events import EventRecorder
@@ -45,10 +45,11 @@ from .metrics import CompactHistogram, ControllerRuntimeMetrics, WorkQueueMetric
 from .provider import ProviderReconciler
 from .queue import LoopBudget, WorkQueue
 from .receiver import ReceiverReconciler
+from .silence import SilenceReconciler
 
 log = logging.getLogger(__name__)
 
-KINDS = ("Provider", "Alert", "Receiver")
+KINDS = ("Provider", "Alert", "Receiver", "Silence")
 
 
 def exponential_buckets_range(minimum: float, maximum: float, count: int) -> list[float]:
@@ -97,7 +98,7 @@ class ReconcileMetrics:
 
 
 class ControllerManager:
-    """Owns the queues, workers and resync timer of the three reconcilers (see the module docstring)."""
+    """Owns the queues, workers and resync timer of the four reconcilers (see the module docstring)."""
 
     def __init__(
         self,
@@ -111,6 +112,7 @@ class ControllerManager:
         redactor: Redactor | None = None,
         recorder: EventRecorder | None = None,
         hooks: ReconcileHooks | None = None,
+        silences: SilenceSettings | None = None,
     ) -> None:
         self.store = store
         self.cluster = cluster
@@ -135,10 +137,19 @@ class ControllerManager:
             "Receiver": ReceiverReconciler(
                 store, cluster, self.recorder, clock, redactor=self.redactor, hooks=hooks
             ),
+            "Silence": SilenceReconciler(
+                store,
+                cluster,
+                self.recorder,
+                clock,
+                redactor=self.redactor,
+                retention=(silences or SilenceSettings()).retention,
+                cluster_namespace=(silences or SilenceSettings()).cluster_namespace,
+            ),
         }
         for kind in ("Alert", "Provider"):
             self.reconcilers[kind].writes_status = self.kube.alert_provider_status
-        self.budget = LoopBudget()  # one for every worker of the three queues (see LoopBudget)
+        self.budget = LoopBudget()  # one for every worker of the four queues (see LoopBudget)
         self.queues: dict[str, WorkQueue[Key]] = {
             kind: WorkQueue(
                 kind,

@@ -33,6 +33,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..api import GROUP
+from ..api.silence import SILENCE_GROUP
 from ..core.apiref import (
     DEFAULT_API_VERSIONS,
     IMAGE_GROUP,
@@ -90,6 +91,7 @@ KNOWN_PLURALS: dict[str, dict[str, str]] = {
         "ExternalArtifact": "externalartifacts",
     },
     GROUP: {"Alert": "alerts", "Provider": "providers", "Receiver": "receivers"},
+    SILENCE_GROUP: {"Silence": "silences"},
     "": {
         "Secret": "secrets",
         "Event": "events",
@@ -283,6 +285,14 @@ class KubeCluster:
         resource = await self.resource_for(ref.api_version, ref.kind)
         path = resource.path(ref.namespace, ref.name) + "/status"
         await self.client.request("PATCH", path, body={"status": dict(status)}, content_type=MERGE_PATCH)
+
+    async def delete(self, ref: ObjectRef) -> None:
+        """DELETE with the uid as a precondition (409 when the name now holds another object)."""
+        resource = await self.resource_for(ref.api_version, ref.kind)
+        body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if ref.uid:
+            body["preconditions"] = {"uid": ref.uid}
+        await self.client.request("DELETE", resource.path(ref.namespace, ref.name), body=body)
 
     async def set_finalizers(self, ref: ObjectRef, finalizers: Sequence[str], resource_version: str) -> None:
         resource = await self.resource_for(ref.api_version, ref.kind)

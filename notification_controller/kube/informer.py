@@ -1,6 +1,6 @@
 """List-then-watch informers that keep ``store.ObjectStore`` equal to the API server's state.
 
-One ``Informer`` per resource (Alerts, Providers, Receivers, Secrets), all run by ``Informers``:
+One ``Informer`` per resource (Alerts, Providers, Receivers, Secrets, Silences), all run by ``Informers``:
 
 * **List** (paginated, consistent read with ``resourceVersion`` unset) → ``store.replace(kind, objects)``:
   objects deleted while the watch was down disappear from the store and listeners get a deletion
@@ -18,6 +18,12 @@ One ``Informer`` per resource (Alerts, Providers, Receivers, Secrets), all run b
 
 The store is marked synced once every informer has listed once; later relists serve from the last good
 cache and never mark it unsynced (D10).
+
+**Optional resources** (``Silence``, issue 26: our own CRD, which a cluster may not have installed, or whose
+RBAC an older install does not grant): a 404 or 403 on list or watch is not an error to retry with backoff
+but "not there": the kind is emptied from the store, counts as synced (the controller serves events without
+it), is logged once at info (403: warning, the install's RBAC is behind), and is looked for again every
+``discovery_interval`` (60 s) until it appears; then it is listed and watched like the others.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from typing import Any
 
 from ..api import ALERT_VERSION, GROUP, PROVIDER_VERSION, RECEIVER_VERSION
 from ..api.objects import Object, parse_object
+from ..api.silence import SILENCE_GROUP, SILENCE_VERSION
 from ..errors import KubeError, ManifestError
 from ..objects.base import ObjectStore
 from .client import KubeClient, WatchStalled, api_path, watch_status_error
@@ -45,6 +52,8 @@ INACTIVITY_GRACE = 30.0
 BACKOFF_INITIAL = 0.8
 BACKOFF_CAP = 30.0
 MIN_WATCH_DURATION = 1.0  # a watch ending sooner with no event counts as a failure (no hot loop)
+DISCOVERY_INTERVAL = 60.0
+"""How often an optional resource that is not served (its CRD not installed) is looked for again."""
 # Helm release Secrets are large, numerous and never referenced by a Provider or Receiver.
 DEFAULT_SECRET_FIELD_SELECTOR = "type!=helm.sh/release.v1"
 
@@ -70,6 +79,7 @@ ALERTS = ResourceType("Alert", GROUP, ALERT_VERSION, "alerts")
 PROVIDERS = ResourceType("Provider", GROUP, PROVIDER_VERSION, "providers")
 RECEIVERS = ResourceType("Receiver", GROUP, RECEIVER_VERSION, "receivers")
 SECRETS = ResourceType("Secret", "", "v1", "secrets")
+SILENCES = ResourceType("Silence", SILENCE_GROUP, SILENCE_VERSION, "silences")
 
 InvalidKey = tuple[str, str, str]  # (kind, namespace, name)
 InvalidEntry = tuple[dict[str, Any], str]  # (raw object, error message)
@@ -142,6 +152,8 @@ class Informer:
         inactivity_grace: float = INACTIVITY_GRACE,
         backoff: Backoff | None = None,
         page_size: int = 500,
+        optional: bool = False,
+        discovery_interval: float = DISCOVERY_INTERVAL,
     ) -> None:
         self.client = client
         self.store = store
@@ -157,6 +169,9 @@ class Informer:
         self.inactivity_grace = inactivity_grace
         self.backoff = backoff or Backoff(jitter=0.2)
         self.page_size = page_size
+        self.optional = optional
+        self.discovery_interval = discovery_interval
+        self.available: bool | None = None  # optional resources: None until known, False while not served
         self.invalid: dict[InvalidKey, InvalidEntry] = {}
         self.resource_version = ""
         self.synced = asyncio.Event()
@@ -280,6 +295,33 @@ class Informer:
         self.apply_list(items)
         self.resource_version = rv
         self.lists += 1
+        if self.optional and self.available is False:
+            log.info("%s: %s is served now; watching it", self.kind, self.path)
+        self.available = True
+        self.synced.set()
+
+    def not_served(self, exc: KubeError) -> None:
+        """An optional resource answered 404 (no CRD) or 403 (no RBAC): nothing of it in the store, synced
+        anyway, said once (see the module docstring)."""
+        if self.available is not False:
+            why = (
+                "the CRD is not installed"
+                if exc.not_found
+                else "the controller's RBAC does not grant list/watch on it"
+            )
+            level = logging.INFO if exc.not_found else logging.WARNING
+            log.log(
+                level,
+                "%s: %s is not available (%s): %ss are off until it is; looking again every %.0fs",
+                self.kind,
+                self.resource.plural + "." + self.resource.group,
+                why,
+                self.kind,
+                self.discovery_interval,
+            )
+            self.available = False
+        self.apply_list([])
+        self.resource_version = ""
         self.synced.set()
 
     async def watch_once(self) -> int:
@@ -328,6 +370,11 @@ class Informer:
                 )
                 continue
             except KubeError as exc:
+                if self.optional and exc.status in (403, 404):
+                    self.not_served(exc)
+                    need_list = True
+                    await asyncio.sleep(self.discovery_interval)
+                    continue
                 if exc.gone and not need_list:
                     log.info(
                         "%s: resourceVersion %s expired (410); relisting", self.kind, self.resource_version
@@ -350,7 +397,8 @@ class Informer:
 
 
 class Informers:
-    """The four informers the controller needs, sharing one store and one invalid-object callback.
+    """The five informers the controller needs, sharing one store and one invalid-object callback
+    (Silences are optional: the controller runs without their CRD, see the module docstring).
 
     Secrets: every Secret of the watched namespaces is listed and watched *with its data* (Providers
     need tokens, addresses, CA bundles; Receivers need their token), except Helm release Secrets
@@ -371,10 +419,13 @@ class Informers:
         watch_timeout_jitter: int = WATCH_TIMEOUT_JITTER,
         inactivity_grace: float = INACTIVITY_GRACE,
         backoff_factory: Callable[[], Backoff] | None = None,
+        discovery_interval: float = DISCOVERY_INTERVAL,
     ) -> None:
         self.store = store
 
-        def make(resource: ResourceType, field_selector: str = "", label_selector: str = "") -> Informer:
+        def make(
+            resource: ResourceType, field_selector: str = "", label_selector: str = "", optional: bool = False
+        ) -> Informer:
             return Informer(
                 client,
                 store,
@@ -387,13 +438,22 @@ class Informers:
                 watch_timeout_jitter=watch_timeout_jitter,
                 inactivity_grace=inactivity_grace,
                 backoff=backoff_factory() if backoff_factory else None,
+                optional=optional,
+                discovery_interval=discovery_interval,
             )
 
         self.alerts = make(ALERTS)
         self.providers = make(PROVIDERS)
         self.receivers = make(RECEIVERS)
         self.secrets = make(SECRETS, secret_field_selector, secret_label_selector)
-        self.all: tuple[Informer, ...] = (self.alerts, self.providers, self.receivers, self.secrets)
+        self.silences = make(SILENCES, optional=True)
+        self.all: tuple[Informer, ...] = (
+            self.alerts,
+            self.providers,
+            self.receivers,
+            self.secrets,
+            self.silences,
+        )
 
     @property
     def invalid(self) -> dict[InvalidKey, InvalidEntry]:

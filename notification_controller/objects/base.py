@@ -315,6 +315,12 @@ class Cluster(Protocol):
         """Create or update a Kubernetes Event (``core/v1``) about ``ref``."""
         ...
 
+    async def delete(self, ref: ObjectRef) -> None:
+        """Delete one of our objects, only if its uid is still ``ref.uid`` (the one use: Silences expired
+        longer than ``--silence-retention``). Gone → ``KubeError(status=404)``, another uid → 409; local mode
+        refuses what the user's files hold with 405 (``objects/local.py``)."""
+        ...
+
     async def get_service_account(self, namespace: str, name: str) -> dict[str, Any]:
         """The ``metadata`` of a ServiceAccount (its annotations name the cloud identity for workload
         identity, ``outbound/identity.py``). Missing → ``KubeError(status=404)``."""

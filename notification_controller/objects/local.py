@@ -5,6 +5,13 @@ the ``ObjectStore`` at start and again whenever a file changes (polled: no inoti
 documents are reported with file, document index and field, and skipped; valid ones still load.
 Objects of other kinds (GitRepository, Kustomization...) are kept by ``LocalCluster`` so receivers can
 "annotate" them and Alerts can match on their labels, exactly as they would in a cluster.
+
+Silences (issue 26) load like the others, at start and at every change of the files. A file has no creation
+time, so a Silence here needs ``spec.startsAt`` (the ``silence add`` CLI always writes it); without it, the
+document is reported as invalid at ``spec.startsAt``. The files are the truth: the controller never edits or
+removes them, except a file the ``silence`` CLI wrote (annotation ``notification-controller.io/created-by-cli:
+"true"``, that one document) once its Silence has been expired for ``--silence-retention``
+(``LocalCluster.delete``); any other Silence stays until its file is changed.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from ..api.common import SHARED_STATUSES, ObjectStatus, Secret, json_key, rememb
 from ..api.hooks import HOOKS_FINALIZER
 from ..api.objects import Object, parse_object, supported_kind
 from ..api.receiver import Receiver, ReceiverStatus
+from ..api.silence import SILENCE_GROUP, Silence, SilenceStatus
 from ..core.apiref import InvalidReference, Use, label_selector, shown, validate_object_ref
 from ..errors import ConfigError, KubeError, ManifestError
 from ..logsetup import event_already_logged, fields, object_fields
@@ -40,6 +48,9 @@ SUFFIXES = (".yaml", ".yml", ".json")
 _UID_NS = uuid.UUID("6b1d0d36-0c3b-4b6f-9d65-3f1f2c4f7a10")
 # Local mode only: a ServiceAccount manifest names the file holding its token (docs/providers/azureeventhub.md).
 LOCAL_TOKEN_FILE_ANNOTATION = "notification-controller.local/token-file"
+_SPEC_FIELD = re.compile(r"^(spec\.[A-Za-z0-9_.\[\]]*[A-Za-z0-9_\]])")
+SILENCE_CLI_ANNOTATION = f"{SILENCE_GROUP}/created-by-cli"
+"""On a Silence the ``silence add`` CLI wrote (its file may be removed after retention, the module docstring)."""
 
 
 @dataclass
@@ -50,6 +61,8 @@ class LoadResult:
     implicit_generation: set[tuple[str, str, str]] = field(default_factory=set)
     """(kind, namespace, name) of the objects given generation 1 by ``load_directory(implicit_generation=
     True)``: their manifest has none."""
+    silence_files: dict[tuple[str, str], tuple[Path, int]] = field(default_factory=dict)
+    """(namespace, name) of each Silence → its file and how many documents that file holds."""
 
 
 def _split_documents(text: str) -> list[tuple[int, str]]:
@@ -247,9 +260,17 @@ def load_directory(
                 obj = parse_object(doc, source=rel, index=index, default_namespace=default_namespace)
             except ManifestError as exc:
                 message = str(exc).removeprefix(f"{rel}[{index}]: ").removeprefix(f"{exc.field}: ")
-                line = where.line(exc.field)
+                field_ = exc.field
+                if field_ == "spec" and doc.get("kind") == "Silence":  # the field its first error names
+                    found = _SPEC_FIELD.match(message)
+                    field_ = found.group(1) if found else field_
+                line = where.line(field_)
+                result.errors.append(ManifestError(message, source=rel, index=index, field=field_, line=line))
+                continue
+            if isinstance(obj, Silence) and (why := _local_silence_error(obj)) is not None:
+                field_, message = why
                 result.errors.append(
-                    ManifestError(message, source=rel, index=index, field=exc.field, line=line)
+                    ManifestError(message, source=rel, index=index, field=field_, line=where.line(field_))
                 )
                 continue
             key = (obj.KIND, obj.metadata.namespace, obj.metadata.name)
@@ -266,9 +287,24 @@ def load_directory(
                 continue
             seen[key] = f"{rel}:{where.line('metadata.name')}"
             result.objects.append(obj)
+            if isinstance(obj, Silence):
+                result.silence_files[(key[1], key[2])] = (path, len(docs))
             if implicit:
                 result.implicit_generation.add(key)
     return result
+
+
+def _local_silence_error(silence: Silence) -> tuple[str, str] | None:
+    """(field, message) of what a Silence file must say that an API server would have filled in or checked."""
+    window = silence.window()
+    if window is None:
+        return (
+            "spec.startsAt",
+            "required in local mode: a file has no creation time to start the Silence from",
+        )
+    if window[1] <= window[0]:
+        return "spec.endsAt", "must be after spec.startsAt"
+    return None
 
 
 class LocalCluster:
@@ -281,6 +317,7 @@ class LocalCluster:
         self.statuses: dict[tuple[str, str, str], dict[str, Any]] = {}
         self.finalizers: dict[tuple[str, str, str], list[str]] = {}
         self.events: list[tuple[ObjectRef, str, str, str]] = []
+        self.silence_files: dict[tuple[str, str], tuple[Path, int]] = {}  # see LoadResult.silence_files
         self._written: dict[bytes, dict[str, Any]] = {}  # see _shared
 
     def _shared(self, status: dict[str, Any]) -> dict[str, Any]:
@@ -390,6 +427,37 @@ class LocalCluster:
             extra=fields(**object_fields(ref.kind, ref.namespace, ref.name, reason=reason, type=type_)),
         )
 
+    async def delete(self, ref: ObjectRef) -> None:
+        """Remove a Silence's file, only if the ``silence`` CLI wrote it (annotation ``SILENCE_CLI_ANNOTATION``)
+        and it holds that one document; anything else is the user's: ``KubeError(status=405)`` naming why."""
+        key = (ref.kind, ref.namespace, ref.name)
+        current = self.store.get(*key)
+        if current is None:
+            raise KubeError(f'{ref.kind} "{ref.namespace}/{ref.name}" not found', status=404)
+        if ref.uid and current.metadata.uid != ref.uid:
+            raise KubeError(f'{ref.kind} "{ref.namespace}/{ref.name}" has another uid', status=409)
+        found = self.silence_files.get((ref.namespace, ref.name)) if ref.kind == "Silence" else None
+        if found is None:
+            raise KubeError(
+                f"local mode does not delete {ref.kind} objects: the manifests are the truth", status=405
+            )
+        path, documents = found
+        if current.metadata.annotations.get(SILENCE_CLI_ANNOTATION) != "true":
+            raise KubeError(
+                f"{path.name} was not written by the silence CLI (no annotation {SILENCE_CLI_ANNOTATION}: "
+                '"true"): the manifests are yours to remove',
+                status=405,
+            )
+        if documents != 1:
+            raise KubeError(
+                f"{path.name} holds other documents too: the manifests are yours to edit", status=405
+            )
+        await asyncio.to_thread(path.unlink, missing_ok=True)
+        self.silence_files.pop((ref.namespace, ref.name), None)
+        self.statuses.pop(key, None)
+        self.store.delete(*key)
+        log.info("removed %s (Silence %s/%s, written by the silence CLI)", path, ref.namespace, ref.name)
+
     def restore(self, obj: Object) -> Object:
         """Re-apply what the controller wrote (status, finalizers) onto a freshly loaded object."""
         key = (obj.KIND, obj.metadata.namespace, obj.metadata.name)
@@ -471,6 +539,8 @@ def with_status(obj: Object, status: Mapping[str, Any]) -> Object:
         return obj
     if isinstance(obj, Receiver):
         return with_fields(obj, status=ReceiverStatus.model_validate(dict(status)))
+    if isinstance(obj, Silence):
+        return with_fields(obj, status=SilenceStatus.model_validate(dict(status)))
     return with_fields(obj, status=shared_status(ObjectStatus, dict(status)))
 
 
@@ -534,7 +604,14 @@ class LocalManifests:
             log.error("invalid manifest skipped: %s", error)
         self.last_errors = result.errors
         self.cluster.set_others(result.others)
-        by_kind: dict[str, list[Object]] = {"Secret": [], "Provider": [], "Alert": [], "Receiver": []}
+        self.cluster.silence_files = result.silence_files
+        by_kind: dict[str, list[Object]] = {
+            "Secret": [],
+            "Provider": [],
+            "Alert": [],
+            "Receiver": [],
+            "Silence": [],
+        }
         for obj in result.objects:
             key = (obj.KIND, obj.metadata.namespace, obj.metadata.name)
             implicit = key in result.implicit_generation
@@ -555,7 +632,7 @@ class LocalManifests:
                     meta = held.metadata.model_copy(update={"deletion_timestamp": datetime.now(UTC)})
                     held = held.model_copy(update={"metadata": meta})
                 by_kind[kind].append(held)
-        for kind in ("Secret", "Provider", "Alert", "Receiver"):
+        for kind in ("Secret", "Provider", "Alert", "Receiver", "Silence"):
             self.store.replace(kind, by_kind[kind])
         self.store.mark_synced()
         log.info(

@@ -13,7 +13,13 @@ import aiohttp
 from notification_controller.app import App
 from notification_controller.objects.local import LocalCluster
 from notification_controller.outbound import RetryPolicy
-from notification_controller.settings import EventSettings, ServerSettings, Settings, StoreSettings
+from notification_controller.settings import (
+    EventSettings,
+    ServerSettings,
+    Settings,
+    SilenceSettings,
+    StoreSettings,
+)
 
 FAST_RETRY = RetryPolicy(max_attempts=5, wait_min=0.01, wait_max=0.05)
 
@@ -32,6 +38,7 @@ async def running_app(
     store: StoreSettings | None = None,
     retry: RetryPolicy | None = FAST_RETRY,
     grace: float = 5.0,
+    silences: SilenceSettings | None = None,
 ) -> AsyncIterator[App]:
     settings = Settings(
         server=ServerSettings(
@@ -43,6 +50,7 @@ async def running_app(
         ),
         events=events or EventSettings(),
         store=store or StoreSettings(),
+        silences=silences or SilenceSettings(),
         manifests=manifests,
         manifests_poll_interval=0.1,
     )

@@ -168,6 +168,9 @@ class MemoryCluster:
     ) -> None:
         self.events.append((ref, type_, reason, message))
 
+    async def delete(self, ref: ObjectRef) -> None:
+        raise KubeError(f'{ref.kind.lower()}s "{ref.name}" not found', status=404)
+
     async def get_service_account(self, namespace: str, name: str) -> dict[str, Any]:
         """ServiceAccounts are objects added with ``add("v1", "ServiceAccount", ...)``."""
         await self._check("get", "ServiceAccount", namespace, name)

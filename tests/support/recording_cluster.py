@@ -19,6 +19,7 @@ import jwt
 from notification_controller.api.common import ObjectStatus, Secret
 from notification_controller.api.objects import Object
 from notification_controller.api.receiver import Receiver, ReceiverStatus
+from notification_controller.api.silence import Silence, SilenceStatus
 from notification_controller.errors import KubeError
 from notification_controller.objects.base import ObjectRef, ObjectStore
 
@@ -42,6 +43,7 @@ class RecordingCluster:
     fail_next: list[KubeError] = field(default_factory=list)
     service_accounts: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     token_requests: list[tuple[str, str, list[str], int]] = field(default_factory=list)
+    deletions: list[ObjectRef] = field(default_factory=list)
     _rv: itertools.count[int] = field(default_factory=lambda: itertools.count(1000))
 
     # ---- helpers for tests --------------------------------------------------------------------------
@@ -93,9 +95,14 @@ class RecordingCluster:
             raise KubeError("secrets have no status", status=422)
         current = obj.status.model_dump(by_alias=True, mode="json", exclude_none=True)
         merged = {**current, **status}  # JSON merge patch of the status object (lists replaced)
-        model: type[ReceiverStatus] | type[ObjectStatus] = (
-            ReceiverStatus if isinstance(obj, Receiver) else ObjectStatus
+        model: type[ReceiverStatus] | type[ObjectStatus] | type[SilenceStatus] = (
+            ReceiverStatus
+            if isinstance(obj, Receiver)
+            else SilenceStatus
+            if isinstance(obj, Silence)
+            else ObjectStatus
         )
+        merged = {k: v for k, v in merged.items() if v is not None}  # merge-patch: null deletes
         updated = self._bump(obj).model_copy(update={"status": model.model_validate(merged)})
         self.store.upsert(updated)
 
@@ -123,6 +130,15 @@ class RecordingCluster:
         self.events.append(
             RecordedEvent(ref, type_, reason, message, dict(annotations) if annotations else None)
         )
+
+    async def delete(self, ref: ObjectRef) -> None:
+        """As the API server with a uid precondition: 404 when gone, 409 when the name has another uid."""
+        self._maybe_fail()
+        obj = self._current(ref)
+        if ref.uid and obj.metadata.uid != ref.uid:
+            raise KubeError("Precondition failed: UID in precondition does not match", status=409)
+        self.deletions.append(ref)
+        self.store.delete(ref.kind, ref.namespace, ref.name)
 
     # ---- workload identity: ServiceAccounts come from ``service_accounts`` (metadata by (ns, name)) ---------
     async def get_service_account(self, namespace: str, name: str) -> dict[str, Any]:

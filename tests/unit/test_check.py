@@ -220,3 +220,62 @@ def test_a_closed_pipe_is_no_traceback(tmp_path: Path) -> None:
     assert proc.wait(timeout=120) == 1
     assert proc.stderr.read() == b""
     proc.stderr.close()
+
+
+SILENCES = """\
+apiVersion: notification-controller.io/v1alpha1
+kind: Silence
+metadata:
+  name: ok
+  namespace: apps
+spec:
+  matchers:
+    - name: kind
+      value: Kustomization
+      matchType: =
+  duration: 2h
+---
+apiVersion: notification-controller.io/v1alpha1
+kind: Silence
+metadata:
+  name: broken
+  namespace: apps
+spec:
+  matchers:
+    - name: kind
+      value: Kustomization
+    - name: name
+      value: "apps-("
+      matchType: =~
+  duration: 2h
+  comment: COMMENT
+---
+apiVersion: notification-controller.io/v1alpha1
+kind: Silence
+metadata:
+  name: typo
+  namespace: apps
+spec:
+  matchers:
+    - name: colour
+      value: red
+  endsAt: 2026-11-27T12:00:00Z
+"""
+
+
+def test_silences_are_checked_field_by_field(tmp_path: Path) -> None:
+    """Issue 26: a Silence's errors at their lines, as the reconciler words them (RE2, the CRD's bounds), and
+    a plain ``matchType: =`` (as kubectl takes it) is fine."""
+    (tmp_path / "silences.yaml").write_text(SILENCES.replace("COMMENT", "c" * 1025))
+    code, out = _run([str(tmp_path), "--no-warnings"])
+    lines = out.splitlines()
+    assert code == 1, out
+    found = [LINE.match(line) for line in lines]
+    assert [(Path(m["file"]).name, int(m["line"]), m["who"], m["field"]) for m in found if m] == [
+        ("silences.yaml", 23, "Silence apps/broken", "spec.matchers[1].value"),
+        ("silences.yaml", 26, "Silence apps/broken", "spec.comment"),
+        ("silences.yaml", 35, "Silence apps/typo", "spec.matchers[0].name"),
+    ], out
+    assert "is not an RE2 expression" in lines[0]
+    assert "spec.comment is longer than 1024 characters" in lines[1]
+    assert "'colour' is not one of kind, name, namespace" in lines[2]
