@@ -11,7 +11,8 @@ Three chat endpoints, each a real local server:
 The failures are posted (the Slack answers name a channel ID and a ``ts``, Discord's ``?wait=true``
 answer an id), the process is killed, a new one starts on the same SQLite file, and the recoveries edit
 those messages: ``chat.update`` with the stored ``ts`` and channel and "recovered after", a thread reply
-for the ``threadBy`` Alert, ``PATCH …/messages/<id>`` for Discord. No token in the log.
+for the ``threadBy`` Alert, ``PATCH …/messages/<id>`` for Discord. No token in the log. Then two replicas
+on NATS: the failure reaches one, the recovery the other, which edits the first one's message.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import aiohttp
 
 from tests.support.capture import CapturedRequest, CaptureServer, ForwardProxy, Reply, mint_tls
 from tests.support.controllers import ControllerProcess, post_event
+from tests.support.nats_server import run_nats_server
 
 TOKEN = "xoxb-canary-in-place-bot-token"
 GOV_TOKEN = "xoxb-canary-gov-bot-token"
@@ -241,3 +243,73 @@ async def wait_metric(proc: ControllerProcess, name: str, value: float, **labels
     while await proc.metric(name, **labels) < value:
         assert loop.time() < deadline, f"{name}{labels} never reached {value}: {proc.log()}"
         await asyncio.sleep(0.1)
+
+
+REPLICAS = """\
+apiVersion: v1
+kind: Secret
+metadata: {{name: bot, namespace: flux-system}}
+stringData:
+  token: {token}
+  ca.crt: |
+{ca}
+---
+apiVersion: notification.toolkit.fluxcd.io/v1beta3
+kind: Provider
+metadata: {{name: slack, namespace: flux-system}}
+spec:
+  type: slack
+  channel: deploys
+  address: {slack}/api/chat.postMessage
+  secretRef: {{name: bot}}
+  certSecretRef: {{name: bot}}
+---
+apiVersion: notification.toolkit.fluxcd.io/v1beta3
+kind: Alert
+metadata: {{name: slack, namespace: flux-system}}
+spec:
+  providerRef: {{name: slack}}
+  eventSources: [{{kind: Kustomization, name: "*"}}]
+  resolveInPlace: true
+"""
+
+
+async def test_two_replicas_on_nats_share_the_message_ids(tmp_path: Path) -> None:
+    """The failure reaches replica A, the recovery replica B (A is gone by then): B edits A's message."""
+    tls = mint_tls()
+    async with (
+        run_nats_server(jetstream=True, store_dir=str(tmp_path / "js")) as nats,
+        CaptureServer(tls=tls) as slack,
+    ):
+        fake = SlackFake(slack, "C0REPLICAS", 1720000000)
+        (tmp_path / "m").mkdir()
+        (tmp_path / "m" / "objects.yaml").write_text(
+            REPLICAS.format(token=TOKEN, ca=indent(tls.ca_pem), slack=slack.url), encoding="utf-8"
+        )
+        a, b = (
+            ControllerProcess(tmp_path / "m", [f"--store={nats.url}"], log_path=tmp_path / f"replica-{i}.log")
+            for i in range(2)
+        )
+        await asyncio.gather(a.start(), b.start())
+        try:
+            await post(a, event("Kustomization", "apps", "error", "health check failed"))
+            await slack.wait_for(1, timeout=30)
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 30
+            while (
+                await a.metric("notification_resolve_in_place_total", outcome="recorded")
+                + await b.metric("notification_resolve_in_place_total", outcome="recorded")
+                < 1
+            ):
+                assert loop.time() < deadline, a.log() + b.log()
+                await asyncio.sleep(0.1)
+            await a.kill()
+            await post(b, event("Kustomization", "apps", "info", "applied"))
+            requests = await slack.wait_for(2, timeout=30)
+            assert await b.stop() == 0
+        finally:
+            await a.kill()
+            await b.kill()
+    failure, update = requests
+    assert failure.path == "/api/chat.postMessage" and update.path == "/api/chat.update"
+    assert (update.json()["channel"], update.json()["ts"]) == ("C0REPLICAS", fake.answers[0])
