@@ -28,10 +28,12 @@ from . import logsetup
 from .controllers.events import EventRecorder
 from .controllers.manager import ControllerManager
 from .controllers.provider import ProviderReconciler
+from .controllers.silence import SilenceReconciler
 from .core.ratelimit import FixedWindowLimiter
 from .core.redact import Redactor
 from .dispatch.builder import build as build_pipeline
 from .dispatch.duplicates import SharedDuplicateWindow
+from .dispatch.quiet.held import held_total
 from .errors import ConfigError, KubeError, StoreError
 from .hooks import Hooks, load_hooks_config
 from .lib.clock import SystemClock
@@ -181,6 +183,10 @@ class App:
         self.outbox = self.pipeline.outbox
         assert self.pipeline.noise is not None
         self.noise = self.pipeline.noise
+        silence_reconciler = self.controllers.reconcilers["Silence"]
+        assert isinstance(silence_reconciler, SilenceReconciler)
+        # status.held: the total the silence stage keeps in the store it holds notifications in
+        silence_reconciler.held_count = lambda silence: held_total(noise_state, silence)
         if self.outbox is not None:
             provider_reconciler = self.controllers.reconcilers["Provider"]
             assert isinstance(provider_reconciler, ProviderReconciler)
