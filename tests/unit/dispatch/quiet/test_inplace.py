@@ -421,3 +421,21 @@ async def test_an_incoming_webhook_ignores_the_option() -> None:
             await pipeline.dispatcher.shutdown(1)
             await http.close()
     assert [r.path for r in server.requests] == ["/services/T0/B0/SECRET"] * 2
+
+
+async def test_a_failure_slack_refused_leaves_nothing_to_edit(rig: Rig) -> None:
+    """``ok: false`` on chat.postMessage is a failed delivery (Flux's check): nothing is kept, and the
+    recovery is posted as a new message."""
+    rig.slack = {"ok": False, "error": "channel_not_found"}
+    await rig.send(event("Kustomization", "apps", "error", "broken"))
+    rig.slack = {}
+    await rig.send(event("Kustomization", "apps", "info", "fixed"))
+    refused, recovery = rig.since(0)
+    assert refused.path.endswith("/chat.postMessage") and recovery.path.endswith("/chat.postMessage")
+    assert recovery.json()["attachments"][0]["text"] == "fixed"
+    assert rig.count("slack", "recorded") == rig.count("slack", "rejected") == 0
+    failed = rig.registry.get_sample_value(
+        "notification_delivery_failed_total",
+        {"provider_type": "slack", "provider": f"{NS}/slack", "reason": "slack_error"},
+    )
+    assert failed == 1
