@@ -824,6 +824,43 @@ async def test_alert_filter_naming_a_missing_event_field_is_invalid_cel() -> Non
     assert "undefined field 'reasn' (did you mean 'reason'?)" in ready(obj).message
 
 
+async def test_alert_with_a_bad_time_interval_is_terminal() -> None:
+    """Issue 26 item 3: Alertmanager's time_interval syntax, checked by the controller (local mode and API
+    servers without the schema): Ready=False naming each bad field; fixing it makes the Alert Ready."""
+    h = Harness()
+    bad = {
+        "muteTimes": [
+            {"weekdays": ["monday:friday"], "times": [{"startTime": "22:00", "endTime": "24:00"}]},
+            {"weekdays": ["saturday", "fryday"], "location": "Europe/Berlin"},
+        ],
+        "activeTimes": [{"daysOfMonth": ["-15:5"], "location": "Mars/Olympus_Mons"}],
+    }
+    h.add(provider(), alert(**bad))
+    await h.settle("Provider", "webhook")
+    assert await h.alerts.reconcile((NS, "on-call")) == Result()
+    obj = h.get_alert()
+    assert (ready(obj).status, ready(obj).reason) == (ConditionStatus.FALSE, "ValidationFailed")
+    assert cond.is_true(obj.status.conditions, cond.STALLED)
+    parts = (
+        ready(obj)
+        .message.removeprefix("Reconciliation failed terminally due to configuration error: ")
+        .split("; ")
+    )
+    assert parts == [
+        "spec.muteTimes[1].weekdays[1]: fryday is not a valid weekday",
+        "spec.activeTimes[0].daysOfMonth[0]: end day must be negative if start day is negative",
+        "spec.activeTimes[0].location: unknown time zone 'Mars/Olympus_Mons' "
+        "(an IANA time zone, e.g. 'Europe/Berlin', 'America/New_York')",
+    ]
+    bad["muteTimes"][1]["weekdays"] = ["saturday", "FRIDAY"]  # names in any case, as Alertmanager's
+    bad["activeTimes"] = [{"daysOfMonth": ["-15:-5"], "location": "America/New_York"}]
+    h.add(alert(generation=2, **bad))
+    await h.settle("Alert", "on-call")
+    obj = h.get_alert()
+    assert ready(obj).status == ConditionStatus.TRUE
+    assert not cond.is_true(obj.status.conditions, cond.STALLED)
+
+
 async def test_alert_status_message_is_bounded() -> None:
     h = Harness()
     h.add(provider(), alert(inclusionList=[f"({i}" for i in range(40)]))
