@@ -30,6 +30,7 @@ from notification_controller.api.timeinterval import (
     parse_weekday_range,
     parse_year_range,
 )
+from notification_controller.check import check_texts
 
 
 def errors(**fields: Any) -> list[str]:
@@ -255,3 +256,32 @@ def test_days_of_month_follow_alertmanagers_rules(begin: int, end: int) -> None:
         and (28 + begin if begin < 0 else begin) <= (28 + end if end < 0 else end)
     )
     assert (errors(daysOfMonth=[f"{begin}:{end}"]) == []) is valid
+
+
+def test_check_prints_each_bad_entry_at_its_line() -> None:
+    """``notification-controller check``: one line per bad value, at the line of its field, the field once."""
+    text = """\
+apiVersion: notification.toolkit.fluxcd.io/v1beta3
+kind: Alert
+metadata: {name: on-call, namespace: apps}
+spec:
+  providerRef: {name: hook}
+  eventSources: [{kind: Kustomization, name: "*"}]
+  muteTimes:
+    - weekdays: ["monday:friday"]
+      times: [{startTime: "22:00", endTime: "24:00"}]
+    - weekdays: ["saturday", "fryday"]
+  activeTimes:
+    - location: Europe/Berln
+---
+apiVersion: notification.toolkit.fluxcd.io/v1beta3
+kind: Provider
+metadata: {name: hook, namespace: apps}
+spec: {type: generic, address: "https://example.com/hook"}
+"""
+    lines = [finding.text() for finding in check_texts([("alerts.yaml", text)])]
+    assert lines == [
+        "alerts.yaml:10: Alert apps/on-call: spec.muteTimes[1].weekdays[1]: fryday is not a valid weekday",
+        "alerts.yaml:12: Alert apps/on-call: spec.activeTimes[0].location: unknown time zone 'Europe/Berln' "
+        "(an IANA time zone, e.g. 'Europe/Berlin', 'America/New_York')",
+    ]
