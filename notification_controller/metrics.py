@@ -197,3 +197,27 @@ class NoiseMetrics:
             "message), rejected (an answer's message id was refused), store_error.",
             ["type", "outcome"],
         )
+
+
+class InhibitMetrics:
+    """Inhibition's own state (docs/silences.md, "Inhibition"): the graph it knows, what it let through."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.graph_objects = gauge(
+            registry,
+            "notification_inhibit_graph_objects",
+            "Kustomizations, HelmReleases and HelmCharts whose sourceRef/dependsOn edges inhibition tracks.",
+        )
+        self.graph_untracked = gauge(
+            registry,
+            "notification_inhibit_graph_untracked",
+            "Objects not tracked because the graph holds its limit (10,000) already: their dependents' errors "
+            "are not inhibited.",
+        )
+        self.untracked = counter(
+            registry,
+            "notification_inhibit_untracked_total",
+            "Notifications inhibition let through without its state, by reason (alert_limit, rule_limit, "
+            "release_limit: a bound was reached; store_error).",
+            ["reason"],
+        )

@@ -26,11 +26,13 @@ from .api.silence import SILENCE_API_VERSION
 from .errors import KubeError
 from .kube.client import KubeClient
 from .kube.cluster import KubeCluster
+from .kube.graphwatch import GraphWatch
 from .kube.informer import Informers, InvalidEntry, InvalidKey, watch_namespace
 from .kube.leader import LeaderElector, lease_client_budget
 from .kube.metrics import RestClientMetrics
 from .logsetup import fields, object_fields
 from .objects.base import ObjectRef, ObjectStore
+from .objects.graph import FluxGraph
 from .settings import Settings
 
 if TYPE_CHECKING:
@@ -67,11 +69,24 @@ class KubeRuntime:
         log.info("connected to the Kubernetes API at %s", client.host)
         return KubeConnection(client, rest_metrics)
 
-    def __init__(self, settings: Settings, store: ObjectStore, connection: KubeConnection) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        store: ObjectStore,
+        connection: KubeConnection,
+        graph: FluxGraph | None = None,
+    ) -> None:
         self.settings = settings
         self.store = store
         self.client: KubeClient | None = connection.client
         self.cluster = KubeCluster(connection.client)
+        namespace = watch_namespace(
+            settings.kube.watch_all_namespaces, {"RUNTIME_NAMESPACE": settings.kube.runtime_namespace}
+        )
+        # Kustomizations and HelmReleases as edges, while an Alert has spec.inhibitDependents (inhibition)
+        self.graph = GraphWatch(
+            connection.client, store, graph if graph is not None else FluxGraph(), namespace=namespace
+        )
         self.informers: Informers | None = None
         self.elector: LeaderElector | None = None
         self._tasks: list[asyncio.Task[Any]] = []
@@ -87,8 +102,9 @@ class KubeRuntime:
         )
         self.informers = Informers(self.client, self.store, namespace=namespace, on_invalid=self._on_invalid)
         task = asyncio.create_task(self.informers.run(), name="informers")
-        self._tasks.append(task)
-        return [task]
+        graph = asyncio.create_task(self.graph.run(), name="inhibit-graph")
+        self._tasks.extend((task, graph))
+        return [task, graph]
 
     def run_controllers(self, controllers: ControllerManager) -> list[asyncio.Task[Any]]:
         """Reconcile while leading (or always, without leader election)."""

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Any
 
 from ..api.event import MD_TOKEN, Event
 from ..core.matching import CompiledAlert
@@ -31,14 +32,25 @@ Waiting = list[Awaitable[Draft | None]]
 Later = Awaitable[list[CompiledAlert]] | None
 
 
+Observe = Callable[[Event], Coroutine[Any, Any, None] | None]
+"""Sees every event before matching, matched or not (inhibition records failing sources): None when it has
+nothing to do, an awaitable when it needs I/O."""
+
+
 class Dispatcher:
     def __init__(
-        self, matcher: Matcher, pre_queue: Sequence[StageLike[Draft]], queue: Queue, report: Reporter
+        self,
+        matcher: Matcher,
+        pre_queue: Sequence[StageLike[Draft]],
+        queue: Queue,
+        report: Reporter,
+        observe: Observe | None = None,
     ) -> None:
         self.matcher = matcher
         self.pre_queue = Runner(pre_queue, Draft, self._dropped, self._failed)
         self.queue = queue
         self.report = report
+        self.observe = observe
 
     def admit(self, event: Event) -> int | Awaitable[int]:
         """Memory queue: how many Alerts matched outright. Durable queue: an awaitable of how many
@@ -48,10 +60,13 @@ class Dispatcher:
             event = event.model_copy(
                 update={"metadata": exclude_internal_metadata(event.metadata, obj.group)}
             )
+        observed = self.observe(event) if self.observe is not None else None
         matched, later = self.matcher.match(event)
         ready, waiting = self._prepare(event, matched)
         if self.queue.durable:
-            return self._store(event, ready, waiting, later)
+            return self._store(event, ready, waiting, later, observed)
+        if observed is not None:
+            self.report.spawn(observed)
         if ready:
             self.queue.enqueue(ready)
         for pending in waiting:
@@ -71,7 +86,16 @@ class Dispatcher:
                 waiting.append(outcome)
         return ready, waiting
 
-    async def _store(self, event: Event, ready: list[Notification], waiting: Waiting, later: Later) -> int:
+    async def _store(
+        self,
+        event: Event,
+        ready: list[Notification],
+        waiting: Waiting,
+        later: Later,
+        observed: Awaitable[None] | None = None,
+    ) -> int:
+        if observed is not None:  # stored before the answer: the next event sees this one's failure
+            await observed
         if later is not None:
             more, more_waiting = self._prepare(event, await later)
             ready += more

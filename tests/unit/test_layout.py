@@ -87,6 +87,7 @@ THROUGH: dict[str, str] = {
     "kube/leader.py": "tests/unit/test_kube_pure.py",
     "kube/library.py": "tests/e2e/test_kube_layer.py",
     "kube/metrics.py": "tests/e2e/test_ops_metrics_e2e.py",
+    "kube/graphwatch.py": "tests/e2e/test_inhibition_e2e.py",
     # providers: shared pieces through the per-type modules and the conformance kit
     "providers/base.py": "tests/conformance/test_provider_conformance.py",
     "providers/options.py": "tests/conformance/test_provider_conformance.py",
