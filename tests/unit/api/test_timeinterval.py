@@ -285,3 +285,26 @@ spec: {type: generic, address: "https://example.com/hook"}
         "alerts.yaml:12: Alert apps/on-call: spec.activeTimes[0].location: unknown time zone 'Europe/Berln' "
         "(an IANA time zone, e.g. 'Europe/Berlin', 'America/New_York')",
     ]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(
+        st.text(max_size=70),
+        st.lists(
+            st.sampled_from(["Europe", "..", ".", "", "Berlin", "zone.tab", "__init__.py", "UTC"]), max_size=4
+        ).map("/".join),
+    )
+)
+def test_any_location_loads_or_is_refused_with_a_message(name: str) -> None:
+    """A location is a path into the zone database: whatever a tenant writes is a zone or a ValueError
+    (never a file outside it, an OSError or a KeyError)."""
+    message = ""
+    try:
+        zone = load_location(name)
+    except ValueError as exc:
+        message = str(exc)
+    else:
+        assert zone is UTC or getattr(zone, "key", None) == name
+        return
+    assert message
