@@ -76,6 +76,9 @@ _MAX_CACHED = 256
 UNION_BUDGET = 2048
 """Ranges a compiled list keeps in its per-day unions (about 250 KB at most; a list of 32 entries with 32
 ranges each has 1,024 ranges): past it, a day's union is merged again each time it is needed."""
+MAX_DAY_KEYS = 64
+"""Kinds of UTC day a compiled list keeps the answer for (about 1.5 KB each; a weekly window has about 10
+kinds, counting the days the clocks change): past it, a new kind of day is worked out each time."""
 
 Minutes = tuple[tuple[int, int], ...]
 
@@ -476,7 +479,7 @@ class Compiled:
             else:
                 union.append((begin, finish))
         budget = self.zones[0].budget
-        if key is not None and len(union) <= budget[0]:
+        if key is not None and len(self._windows) < MAX_DAY_KEYS and len(union) <= budget[0]:
             budget[0] -= len(union)
             self._windows[key] = tuple((begin - midnight, finish - midnight) for begin, finish in union)
         return union
