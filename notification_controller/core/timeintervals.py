@@ -71,7 +71,7 @@ _EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
 _LAST = datetime(9999, 12, 29, tzinfo=UTC)  # no window reaches past datetime.max in any zone
 _MONTH_DAYS = (0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 _SAMPLES = 4  # a day's offset is sampled every 6 hours: two changes within 6 hours that cancel out are missed
-# (none can be: no two transitions of any of the 599 zones of tzdata 2026 are 6 hours apart, checked on
+# (none can be: no two transitions of any of the 599 zones of tzdata 2026 are within 6 hours, checked on
 # their transition tables; each change found is located to the second by bisection)
 _MAX_CACHED = 256
 """Compiled lists kept (by content, and by list object): an Alert has two lists."""
