@@ -25,6 +25,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from . import logsetup
+from .controllers.alert import AlertReconciler
 from .controllers.events import EventRecorder
 from .controllers.manager import ControllerManager
 from .controllers.provider import ProviderReconciler
@@ -36,9 +37,10 @@ from .dispatch.duplicates import SharedDuplicateWindow
 from .dispatch.quiet.held import held_total
 from .errors import ConfigError, KubeError, StoreError
 from .hooks import Hooks, load_hooks_config
-from .lib.clock import SystemClock
-from .metrics import DeliveryMetrics, EventMetrics, NoiseMetrics
+from .lib.clock import Clock, SystemClock
+from .metrics import DeliveryMetrics, EventMetrics, InhibitMetrics, NoiseMetrics
 from .objects.base import Change, Cluster, ObjectStore, secret_data
+from .objects.graph import FluxGraph, GraphSource
 from .outbound import OutboundHTTP, RetryPolicy
 from .outbound.tokens import TokenCache
 from .sandbox import SandboxPool
@@ -72,6 +74,7 @@ class App:
     ports: dict[str, int] = field(default_factory=dict)
     retry: RetryPolicy | None = None  # tests shorten the 2 s·2ⁿ backoff
     kube: Any = None  # Kubernetes mode: the runtime.KubeConnection ``create`` made (None in local mode)
+    clock: Clock = field(default_factory=SystemClock)  # tests move time (mute windows, Silences)
 
     @classmethod
     async def create(cls, settings: Settings, **kwargs: Any) -> App:
@@ -87,7 +90,6 @@ class App:
 
     def __post_init__(self) -> None:
         s = self.settings
-        self.clock = SystemClock()
         self.redactor = Redactor()
         namespaces = None if s.kube.watch_all_namespaces else frozenset({s.kube.runtime_namespace})
         self.store = ObjectStore(namespaces=namespaces)
@@ -102,7 +104,13 @@ class App:
         self._stopping = False
         self._freeze_loaded = False  # serve_forever: freeze the first load's objects at once (_no_gc)
         self._serving = False  # every listener bound: /readyz must not say ready before :9090 answers
+        inhibit_metrics = InhibitMetrics(self.registry)
+        self.graph = FluxGraph(on_full=_graph_full)  # Flux's sourceRef/dependsOn edges (inhibition)
+        inhibit_metrics.graph_objects.set_function(lambda: len(self.graph))
+        inhibit_metrics.graph_untracked.set_function(lambda: self.graph.untracked)
+        graph: GraphSource
         if s.local_mode:
+            from .objects.graph import LocalGraph
             from .objects.local import LocalCluster, LocalManifests
 
             assert s.manifests is not None
@@ -111,13 +119,15 @@ class App:
             self._feeder = LocalManifests(
                 s.manifests, self.store, local_cluster, poll_interval=s.manifests_poll_interval
             )
+            graph = LocalGraph(lambda: local_cluster.others, self.graph)  # rebuilt after each reload
         else:
             from .runtime import KubeRuntime
 
             if self.kube is None:
                 raise ConfigError("Kubernetes mode: build the App with 'await App.create(settings)'")
-            self._kube = KubeRuntime(s, self.store, self.kube)
+            self._kube = KubeRuntime(s, self.store, self.kube, self.graph)
             self.cluster = self._kube.cluster
+            graph = self._kube.graph
         self.recorder = EventRecorder(self.cluster, self.clock, self.redactor)
         self.hooks = Hooks(  # Hooks API v1 (docs/hooks.md); controller-wide hooks from --hooks-config
             self.store,
@@ -178,6 +188,8 @@ class App:
             noise=(noise_state, noise_metrics),
             durable=self.state,
             on_paused=self._delivery_paused,
+            graph=graph,
+            inhibit_metrics=inhibit_metrics,
         )
         self.dispatcher = self.pipeline.dispatcher
         self.outbox = self.pipeline.outbox
@@ -187,6 +199,13 @@ class App:
         assert isinstance(silence_reconciler, SilenceReconciler)
         # status.held: the total the silence stage keeps in the store it holds notifications in
         silence_reconciler.held_count = lambda silence: held_total(noise_state, silence)
+        self.quiet = self.pipeline.quiet  # Silences and mute windows; held notifications show on the Alert
+        self.quiet.core.touched = lambda a: self.controllers.request(
+            "Alert", (a.metadata.namespace, a.metadata.name)
+        )
+        alert_reconciler = self.controllers.reconcilers["Alert"]
+        assert isinstance(alert_reconciler, AlertReconciler)
+        alert_reconciler.held = self.quiet.status  # the Held condition (docs/silences.md)
         if self.outbox is not None:
             provider_reconciler = self.controllers.reconcilers["Provider"]
             assert isinstance(provider_reconciler, ProviderReconciler)
@@ -308,6 +327,13 @@ class App:
         self._tasks.extend(self._controllers())
         flushed = asyncio.create_task(self.noise.run(self.dispatcher.enqueue), name="noise-groups")
         self._tasks.append(flushed)
+        if self.pipeline.inhibition is not None:  # releases for Alerts that did not take a recovery
+            released = asyncio.create_task(
+                self.pipeline.inhibition.run(self.dispatcher.enqueue), name="inhibit-releases"
+            )
+            self._tasks.append(released)
+        summaries = asyncio.create_task(self.quiet.run(self.dispatcher.enqueue), name="quiet-summaries")
+        self._tasks.append(summaries)
 
     def _receiver_app(self) -> web.Application:
         # imported here: the receiver server pulls in PyJWT (OIDC), which the event path never needs
@@ -386,6 +412,14 @@ class App:
         for waiter in waiters:
             waiter.cancel()
         await self.stop()
+
+
+def _graph_full(limit: int) -> None:
+    log.warning(
+        "inhibition: Flux's graph tracks %d objects already; the others are not tracked (their dependents' "
+        "errors are not inhibited; notification_inhibit_graph_untracked counts them)",
+        limit,
+    )
 
 
 GC_GEN0_THRESHOLD = 10_000

@@ -4,6 +4,8 @@ built (Alertmanager's ``PipelineBuilder``). Nothing is appended or assigned afte
 ::
 
     pre-queue  Flux's rules (rules.py) → noise control: filter → threshold → state change → repeat → group
+               → silences → mute windows (quiet/silences.py, quiet/windows.py)
+               → inhibition (quiet/inhibit.py; its observer sees every event before matching)
     pre-send   [durable: noise filter at send, commit status at send] → hooks → templates → thread
                → resolve in place (quiet/inplace.py: the message a recovery edits)
     post-send  thread started → resolve in place (the failure's message id kept)
@@ -22,8 +24,9 @@ from dataclasses import dataclass
 
 from ..core.redact import Redactor
 from ..lib.clock import Clock, SystemClock
-from ..metrics import EventMetrics, NoiseMetrics
+from ..metrics import EventMetrics, InhibitMetrics, NoiseMetrics
 from ..objects.base import Cluster, ObjectStore
+from ..objects.graph import FluxGraph, GraphSource, StaticGraph
 from ..outbound import OutboundHTTP
 from ..outbound.identity import WorkloadIdentity
 from ..outbound.tokens import TokenCache
@@ -31,6 +34,7 @@ from ..sandbox import SandboxPool
 from ..settings import Settings
 from ..store.base import Store
 from ..store.instrumented import InstrumentedStore
+from ..store.memory import MemoryStore
 from .deliverer import Deliverer
 from .dispatcher import Dispatcher
 from .filtering import FilterOffload
@@ -41,6 +45,8 @@ from .model import Delivery, Draft, EventSink, Queue
 from .noise import NoiseControl
 from .notifiers import NotifierCache
 from .outbox import DurableOutbox, DurableSettings, RedeliveryPolicy
+from .quiet import Quiet
+from .quiet.inhibit import Inhibition
 from .quiet.inplace import ResolveInPlace
 from .report import Reporter
 from .rules import CommitStatusAtSend, flux_rules
@@ -55,6 +61,8 @@ class Pipeline:
     report: Reporter
     noise: NoiseControl | None
     outbox: DurableOutbox | None
+    quiet: Quiet
+    inhibition: Inhibition | None = None
 
 
 def build(
@@ -79,6 +87,8 @@ def build(
     pre_send: Sequence[StageLike[Delivery]] = (),
     post_send: Sequence[StageLike[Delivery]] = (),
     dry_run: tuple[Queue, Reporter] | None = None,  # explain: records, never delivers (dryrun.py)
+    graph: GraphSource | None = None,  # Flux's sourceRef/dependsOn graph (inhibition; objects/graph.py)
+    inhibit_metrics: InhibitMetrics | None = None,
 ) -> Pipeline:
     """``template_errors``: the templates stage runs (its error counter); ``noise``: noise control runs
     over this state store; ``durable``: the outbox replaces the memory lanes. ``pre_queue``,
@@ -96,6 +106,23 @@ def build(
             state, store, clock, s.noise, warn=report.warn, metrics=noise_metrics, sandbox=sandbox
         )
     in_place = ResolveInPlace(noise[0], clock, noise[1]) if noise is not None else None  # resolveInPlace
+    quiet = Quiet(  # Silences and mute windows, in noise control's store (docs/silences.md)
+        noise[0] if noise is not None else MemoryStore(clock=clock),
+        store,
+        clock,
+        warn=report.warn,
+        metrics=noise[1] if noise is not None else None,
+        cluster_namespace=getattr(getattr(s, "silences", None), "cluster_namespace", ""),
+    )
+    inhibition = None
+    if noise is not None:  # inhibition keeps its state in the same store as noise control
+        inhibition = Inhibition(
+            noise[0],
+            store,
+            graph if graph is not None else StaticGraph(FluxGraph()),
+            clock,
+            metrics=inhibit_metrics,
+        )
     rules = flux_rules(
         store,
         notifiers,
@@ -109,6 +136,9 @@ def build(
     queue_stages: list[StageLike[Draft]] = [
         *rules,
         *(control.pre_queue() if control else ()),
+        quiet.silences,
+        quiet.windows,
+        *((inhibition,) if inhibition else ()),  # after silences and windows (dispatch/quiet/)
         *pre_queue,
     ]
     send_stages: list[StageLike[Delivery]] = [
@@ -170,5 +200,7 @@ def build(
         report,
         metrics,
     )
-    dispatcher = Dispatcher(matcher, queue_stages, queue, report)
-    return Pipeline(dispatcher, deliverer, report, control, outbox)
+    dispatcher = Dispatcher(
+        matcher, queue_stages, queue, report, observe=inhibition.observe if inhibition else None
+    )
+    return Pipeline(dispatcher, deliverer, report, control, outbox, quiet, inhibition)

@@ -26,8 +26,9 @@ from ...objects.base import ObjectStore
 from ...store.base import Store
 from ..model import Draft
 from ..stage import StageLike
-from .held import MUTE, Held, QuietState, Touched, Warn, alert_id, held_total
+from .held import MUTE, Held, held_total
 from .silences import Silences
+from .state import QuietState, Touched, Warn, alert_id
 from .summary import Enqueue, Summaries
 from .windows import Span, Windows
 

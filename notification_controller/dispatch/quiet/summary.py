@@ -38,7 +38,8 @@ from ...lib.deadlines import Deadlines
 from ...objects.base import Change
 from ...providers.message import Message
 from ..model import Notification, Ref
-from .held import MUTE, Held, QuietState, alert_id, held_key
+from .held import MUTE, Held, held_key
+from .state import QuietState, alert_id
 from .windows import Span
 
 log = logging.getLogger(__package__)

@@ -23,7 +23,8 @@ from ...core.noise import Suppressed
 from ...errors import StoreError
 from ...objects.base import Change
 from ..model import Draft, Drop
-from .held import MUTE, QuietState, alert_id
+from .held import MUTE
+from .state import QuietState, alert_id
 
 log = logging.getLogger(__package__)
 

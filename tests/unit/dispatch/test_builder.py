@@ -45,6 +45,7 @@ FLUX_RULES = [
     "commit-status-id",
 ]
 NOISE = ["noise-filter", "noise-threshold", "noise-state", "noise-repeat", "noise-group"]
+QUIET = ["quiet-silence", "quiet-window", "quiet-inhibit"]  # issue 26: after noise control (docs/silences.md)
 
 
 class Hooks:
@@ -132,7 +133,7 @@ async def sqlite(tmp_path: Path) -> AsyncIterator[InstrumentedStore]:
 
 async def test_memory_store_stage_lists_are_written_out_in_the_apps_order_and_frozen() -> None:
     pipeline = app_pipeline(objects(), None)
-    assert names(pipeline.dispatcher.pre_queue.stages) == [*FLUX_RULES, *NOISE]
+    assert names(pipeline.dispatcher.pre_queue.stages) == [*FLUX_RULES, *NOISE, *QUIET]
     assert names(pipeline.deliverer.pre_send.stages) == [
         "hooks",
         "template",
@@ -147,7 +148,7 @@ async def test_memory_store_stage_lists_are_written_out_in_the_apps_order_and_fr
 
 async def test_durable_store_defers_tenant_expressions_to_send_time(sqlite: InstrumentedStore) -> None:
     pipeline = app_pipeline(objects(), sqlite)
-    assert names(pipeline.dispatcher.pre_queue.stages) == [*FLUX_RULES, *NOISE]
+    assert names(pipeline.dispatcher.pre_queue.stages) == [*FLUX_RULES, *NOISE, *QUIET]
     assert names(pipeline.deliverer.pre_send.stages) == [
         "noise-filter-at-send",
         "commit-status-at-send",
