@@ -828,7 +828,7 @@ async def test_alert_with_a_bad_time_interval_is_terminal() -> None:
     """Issue 26 item 3: Alertmanager's time_interval syntax, checked by the controller (local mode and API
     servers without the schema): Ready=False naming each bad field; fixing it makes the Alert Ready."""
     h = Harness()
-    bad = {
+    bad: dict[str, Any] = {
         "muteTimes": [
             {"weekdays": ["monday:friday"], "times": [{"startTime": "22:00", "endTime": "24:00"}]},
             {"weekdays": ["saturday", "fryday"], "location": "Europe/Berlin"},
