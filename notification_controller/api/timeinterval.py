@@ -95,20 +95,37 @@ class TimeInterval(Model):
     """One Alertmanager ``time_interval`` entry; every field given must match."""
 
     times: list[TimeRange] | None = Field(
-        None, description="Times of day.", json_schema_extra={"maxItems": MAX_RANGES}
+        None,
+        description=(
+            "Times of day, each startTime to endTime (HH:MM; start inclusive, end exclusive, 24:00 as an end "
+            "only); a range does not run past midnight."
+        ),
+        json_schema_extra={"maxItems": MAX_RANGES},
     )
     weekdays: list[str] | None = Field(
-        None, description="Days of the week, e.g. 'monday:friday', 'saturday'.", json_schema_extra=_RANGES
+        None,
+        description=(
+            "Days of the week by name (any case) or ranges of them, e.g. 'monday:friday', 'saturday'; a range "
+            "does not wrap around the week."
+        ),
+        json_schema_extra=_RANGES,
     )
     days_of_month: list[str] | None = Field(
         None,
-        description="Days of the month, e.g. '1:5', '-1' (the last day).",
+        description=(
+            "Days of the month, 1 to 31 or -31 to -1 counted from the month's end, or ranges of them, e.g. "
+            "'1:5', '-1' (the last day), '-7:-1'."
+        ),
         json_schema_extra=_RANGES,
     )
     months: list[str] | None = Field(
-        None, description="Months, e.g. 'january:march', '12'.", json_schema_extra=_RANGES
+        None,
+        description="Months by name (any case) or number (1 to 12), or ranges of them, e.g. 'january:march', '12'.",
+        json_schema_extra=_RANGES,
     )
-    years: list[str] | None = Field(None, description="Years, e.g. '2026:2027'.", json_schema_extra=_RANGES)
+    years: list[str] | None = Field(
+        None, description="Years or ranges of years, e.g. '2026', '2026:2027'.", json_schema_extra=_RANGES
+    )
     location: str | None = Field(
         None,
         description="The IANA time zone the other fields are read in, e.g. 'Europe/Berlin' (default UTC).",
