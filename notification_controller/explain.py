@@ -20,9 +20,12 @@ notifier that cannot be built) or the name of the stage that dropped it (``provi
 ``commit-status-metadata``, ``noise-filter``, ``noise-threshold``, ``quiet-silence``: ``held by Silence
 ns/name until <time> (matchers ...)``, ``quiet-window``: ``muted by spec.muteTimes[i] until <time>``...).
 Noise control starts from empty state: a threshold is not reached by one event, a repeat is not a repeat.
-Silences and mute windows are evaluated at ``--at`` (RFC 3339; default: now). Pre-dispatch hooks are not
-called. A Provider that is not one HTTP request (NATS, Pub/Sub, Event Hubs...) is not simulated: it is
-sent only with ``--send``.
+Silences and mute windows are evaluated at ``--at`` (RFC 3339; default: now). ``quiet-inhibit``:
+``inhibited by GitRepository/ns/name (failing since <time>)``, with the graph of the manifests' (or the
+cluster's) Kustomizations and HelmReleases and the failures recorded in the controller's store, read (never
+written) with ``--store sqlite:PATH|nats://…`` (noise control then starts from that state too).
+Pre-dispatch hooks are not called. A Provider that is not one HTTP request (NATS, Pub/Sub, Event Hubs...)
+is not simulated: it is sent only with ``--send``.
 
 ``send --provider NAME [-n NAMESPACE]`` (or ``NS/NAME``; the namespace defaults to ``flux-system``, as
 ``flux``'s) sends one sample event through one Provider and prints the outcome. ``explain -n NAMESPACE`` looks
@@ -54,7 +57,7 @@ from .core.matching import SourceMatch, compile_alert, encode_message
 from .core.metadata import cleanup_metadata
 from .core.redact import mask_token, redact_url
 from .dispatch.builder import build
-from .dispatch.dryrun import DryRunQueue, Outcome, Recorded, Recorder, RecordingHTTP
+from .dispatch.dryrun import DryRunQueue, Outcome, ReadThroughState, Recorded, Recorder, RecordingHTTP
 from .dispatch.notifiers import NotifierCache
 from .errors import ControllerError, DeliveryError, KubeError
 from .kube.cluster import KubeCluster
@@ -62,11 +65,13 @@ from .lib.clock import Clock, ManualClock
 from .lib.output import add_output_flag, dump
 from .metrics import NoiseMetrics
 from .objects.base import Cluster, ObjectStore
+from .objects.graph import FluxGraph, GraphSource, LocalGraph, StaticGraph
 from .objects.local import LocalCluster, load_directory
 from .outbound import OutboundHTTP, OutboundRequest
 from .providers.base import DeliveryContext, HTTPNotifier
 from .sandbox import SandboxPool
 from .settings import EventSettings, Settings
+from .store.base import Store
 from .store.memory import MemoryStore
 
 MASK = "***"
@@ -138,6 +143,43 @@ async def load_cluster(kubeconfig: str) -> tuple[ObjectStore, Any]:
                 continue  # what the controller would refuse too; the Alert then reads as missing
     store.mark_synced()
     return store, client
+
+
+async def load_graph(client: Any) -> FluxGraph:
+    """Flux's graph from the cluster's Kustomizations and HelmReleases, read once (absent CRDs, or no right
+    to read them: no edges from that kind)."""
+    from .kube.client import api_path
+
+    graph = FluxGraph()
+    for group, version, plural in (
+        ("kustomize.toolkit.fluxcd.io", "v1", "kustomizations"),
+        ("helm.toolkit.fluxcd.io", "v2", "helmreleases"),
+    ):
+        try:
+            items, _ = await client.list(api_path(group, version, plural))
+        except KubeError as exc:
+            if exc.status in (403, 404):
+                continue
+            raise
+        kind = "Kustomization" if plural == "kustomizations" else "HelmRelease"
+        for raw in items:
+            graph.put_document({**raw, "kind": kind})
+    return graph
+
+
+async def _open_state(url: str) -> Store:
+    """The controller's durable store, for reading (``--store``): a SQLite file must exist already."""
+    from .settings import StoreSettings
+    from .store import store_from_settings
+
+    state = store_from_settings(StoreSettings(url=url), retain=False)
+    if not state.durable:
+        raise ControllerError("--store: the memory store keeps nothing outside the controller")
+    path = getattr(state, "path", None)
+    if isinstance(path, Path) and not path.is_file():
+        raise ControllerError(f"--store: {path}: no such database file (is it the controller's?)")
+    await state.start()
+    return state
 
 
 # ---- deciding ------------------------------------------------------------------------------------------
@@ -216,6 +258,7 @@ STAGE_OF_DROP = {
     "grouped": "noise-group",
     "silenced": "quiet-silence",
     "muted": "quiet-window",
+    "inhibited": "quiet-inhibit",
     "suspended": "provider-suspended",
     "commit_status": "commit-status-metadata",
     "commit_status_update": "commit-status-update",
@@ -250,6 +293,8 @@ class Explainer:
         no_cross_namespace_refs: bool = False,
         send: bool = False,
         clock: Clock | None = None,
+        graph: GraphSource | None = None,
+        state: Store | None = None,
     ) -> None:
         self.store = store
         self.send = send
@@ -269,9 +314,11 @@ class Explainer:
             settings,
             sandbox=sandbox,
             template_errors=lambda which: None,
-            noise=(MemoryStore(), NoiseMetrics(registry)),  # empty state: nothing is written anywhere
+            # empty state, or the controller's read through (--store): nothing is written anywhere
+            noise=(ReadThroughState(state) if state is not None else MemoryStore(), NoiseMetrics(registry)),
             clock=clock,  # --at: when Silences and mute windows are evaluated
             dry_run=(self.queue, self.recorder),
+            graph=graph,  # inhibitDependents: the manifests' or the cluster's Kustomizations/HelmReleases
         )
 
     async def explain(self, event: Event, labels: dict[str, str] | None = None) -> list[AlertExplanation]:
@@ -443,6 +490,11 @@ def _parser() -> argparse.ArgumentParser:
                 "-n", "--namespace", help="only the Alerts of this namespace (default: every namespace)"
             )
             cmd.add_argument(
+                "--store",
+                help="read the controller's state (noise control, inhibition) from its --store "
+                "(sqlite:PATH or nats://…); nothing is written to it",
+            )
+            cmd.add_argument(
                 "--at",
                 type=_instant,
                 help="evaluate Silences and mute windows at this RFC 3339 time (default: now)",
@@ -507,26 +559,36 @@ async def _run(args: argparse.Namespace, out: TextIO) -> int:
         if args.command == "explain":
             event = _read_event(args.event)
             cluster: Cluster
+            graph: GraphSource
             if client is not None:
                 cluster = KubeCluster(client)
+                graph = StaticGraph(await load_graph(client))
             else:
                 assert local is not None
                 cluster = local
-            async with SandboxPool(Settings().sandbox, registry=CollectorRegistry()) as sandbox:
-                explainer = Explainer(
-                    store,
-                    cluster,
-                    sandbox,
-                    no_cross_namespace_refs=args.no_cross_namespace_refs,
-                    send=args.send,
-                    clock=ManualClock(args.at) if args.at is not None else None,
-                )
-                await explainer.http.start()
-                try:
-                    verdicts = await explainer.explain(event)
-                finally:
-                    await explainer.http.close()
-                    await explainer.pipeline.dispatcher.shutdown(1.0)
+                graph = LocalGraph(lambda: local.others, FluxGraph())
+            state = await _open_state(args.store) if args.store else None
+            try:
+                async with SandboxPool(Settings().sandbox, registry=CollectorRegistry()) as sandbox:
+                    explainer = Explainer(
+                        store,
+                        cluster,
+                        sandbox,
+                        no_cross_namespace_refs=args.no_cross_namespace_refs,
+                        send=args.send,
+                        clock=ManualClock(args.at) if args.at is not None else None,
+                        graph=graph,
+                        state=state,
+                    )
+                    await explainer.http.start()
+                    try:
+                        verdicts = await explainer.explain(event)
+                    finally:
+                        await explainer.http.close()
+                        await explainer.pipeline.dispatcher.shutdown(1.0)
+            finally:
+                if state is not None:
+                    await state.close()
             if args.namespace:
                 verdicts = [v for v in verdicts if v.alert.partition("/")[0] == args.namespace]
             if args.output != "text":

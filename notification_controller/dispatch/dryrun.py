@@ -12,6 +12,8 @@ and runs ``Dispatcher.admit`` and ``Deliverer.deliver`` on it. Three pieces reco
   (the Events go to a sink that discards them: explain changes no object and writes no state).
 * ``RecordingHTTP``: the outbound client that records each request the notifier builds (the exact bytes,
   signature included) and, only with ``--send``, sends it through the real client.
+* ``ReadThroughState`` (``explain --store``): the controller's store read, never written: what the stages
+  write goes to memory in front of it (noise control's counts, a source failing for inhibition).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from ..metrics import EventMetrics
 from ..objects.base import ObjectRef
 from ..outbound import OutboundHTTP, OutboundRequest
 from ..outbound.request import OutboundResponse
+from ..store.base import KVEntry, Store
+from ..store.memory import MemoryStore
 from .model import Drop, Notification
 from .report import Reporter
 
@@ -182,4 +186,26 @@ class RecordingHTTP(OutboundHTTP):
 
 _NO_HEADERS: Mapping[str, str] = {}
 
-__all__ = ["DryRunQueue", "Outcome", "Recorded", "Recorder", "RecordingHTTP"]
+
+class ReadThroughState(MemoryStore):
+    """The KV of the controller's store, read-only: a key this dry run wrote reads from memory, any other
+    from ``real``; writes stay in memory (a compare-and-set on a key read from ``real`` succeeds: a dry
+    run has no concurrent writer). Only the KV is read through; the outbox is never used by explain."""
+
+    def __init__(self, real: Store) -> None:
+        super().__init__()
+        self.real = real
+
+    async def kv_get(self, key: str) -> KVEntry | None:
+        own = await super().kv_get(key)
+        return own if own is not None else await self.real.kv_get(key)
+
+    async def kv_cas(
+        self, key: str, value: bytes, *, expected: int | None, ttl: float | None = None
+    ) -> int | None:
+        if await super().kv_get(key) is None:
+            return await self.kv_put(key, value, ttl=ttl)
+        return await super().kv_cas(key, value, expected=expected, ttl=ttl)
+
+
+__all__ = ["DryRunQueue", "Outcome", "ReadThroughState", "Recorded", "Recorder", "RecordingHTTP"]

@@ -573,7 +573,7 @@ class Inhibition:
             except Exception as exc:  # never let the releaser die: the next tick tries again
                 log.error("inhibition: release failed: %s", type(exc).__name__)
 
-    # ---- accounting -----------------------------------------------------------------------------------------
+    # ---- accounting ---------------------------------------------------------------------------------------
     def _untracked(self, reason: str) -> None:
         if self.metrics is not None:
             self.metrics.untracked.labels(reason=reason).inc()
