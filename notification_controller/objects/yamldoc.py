@@ -31,7 +31,9 @@ asserts each of these directly: a PyYAML release that changes one fails there, n
 One deliberate difference from ``yaml.load``: a plain ``=`` is the string ``"="``, as in Kubernetes' YAML
 (Go, YAML 1.2), where PyYAML resolves it to YAML 1.1's ``value`` type, which a safe loader cannot build
 ("could not determine a constructor"). A Silence's ``matchType: =`` (issue 26), as ``kubectl`` takes it and
-as ``kubectl kustomize`` writes it, must load in local mode too.
+as ``kubectl kustomize`` writes it, must load in local mode too. Likewise a plain ``22:00`` is the string
+``"22:00"`` (Go's YAML has no base-60 numbers; PyYAML reads it as the integer 1320): an Alert's
+``muteTimes`` ``startTime: 22:00``, as Alertmanager's users write it, loads as ``kubectl`` takes it.
 """
 
 from __future__ import annotations
@@ -64,6 +66,22 @@ def _equals_sign(loader: BaseLoader, node: Node) -> str:
 
 
 BaseLoader.add_constructor(VALUE_TAG, _equals_sign)
+_INT = "tag:yaml.org,2002:int"
+_FLOAT = "tag:yaml.org,2002:float"
+
+
+def _number_or_sexagesimal(loader: BaseLoader, node: Node) -> Any:
+    """YAML 1.1's base-60 numbers (``22:00``, ``1:30.5``) are strings, as in Go's YAML; other numbers
+    are PyYAML's."""
+    if isinstance(node, ScalarNode) and ":" in node.value:
+        return str(node.value)
+    if node.tag == _INT:
+        return loader.construct_yaml_int(node)
+    return loader.construct_yaml_float(node)
+
+
+BaseLoader.add_constructor(_INT, _number_or_sexagesimal)
+BaseLoader.add_constructor(_FLOAT, _number_or_sexagesimal)
 _NULL = "tag:yaml.org,2002:null"
 _MAP = "tag:yaml.org,2002:map"
 _SEQ = "tag:yaml.org,2002:seq"

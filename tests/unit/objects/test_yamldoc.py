@@ -38,7 +38,7 @@ def outcome(load: Any, text: str) -> tuple[str, Any]:
 CASES = [
     "",
     "# only a comment\n",
-    "a: 1\nb: 1.5\nc: true\nd: yes\ne: ~\nf: null\ng: ''\nh: '1'\ni: 0x1F\nj: 1_000\nk: 1:30\nl: .inf\n",
+    "a: 1\nb: 1.5\nc: true\nd: yes\ne: ~\nf: null\ng: ''\nh: '1'\ni: 0x1F\nj: 1_000\nl: .inf\n",
     "t: 2001-12-14t21:59:43.10-05:00\nd: 2002-12-14\n",
     "b: !!binary aGVsbG8=\ns: !!set {a, b}\no: !!omap [{a: 1}, {b: 2}]\np: !!pairs [{a: 1}, {a: 2}]\n",
     "base: &b {x: 1, y: 2}\nderived:\n  <<: *b\n  y: 3\n",
@@ -79,6 +79,21 @@ def test_a_plain_equals_sign_is_a_string_as_in_kubernetes() -> None:
         yaml.load(text, Loader=yaml.SafeLoader)
     assert yamldoc.load(text) == {"matchType": "=", "all": ["=", "=~", "="]}
     assert yamldoc.load("a: &x =\nb: *x\n") == {"a": "=", "b": "="}  # the anchors path too
+
+
+def test_base_60_numbers_are_strings_as_in_kubernetes() -> None:
+    """YAML 1.1 reads a plain ``22:00`` as 1320; Go's YAML (kubectl) as the string an Alert's ``muteTimes``
+    ``startTime`` needs (issue 26). Other numbers stay numbers."""
+    text = "startTime: 22:00\nends: [24:00, 1:30.5]\nn: 10\nf: 1.5\nh: 0x1f\n"
+    assert yaml.load(text, Loader=yaml.SafeLoader)["startTime"] == 1320
+    assert yamldoc.load(text) == {
+        "startTime": "22:00",
+        "ends": ["24:00", "1:30.5"],
+        "n": 10,
+        "f": 1.5,
+        "h": 31,
+    }
+    assert yamldoc.load("a: &x 22:00\nb: *x\n") == {"a": "22:00", "b": "22:00"}  # the anchors path too
 
 
 def test_aliases_are_shared_objects_as_with_yaml_load() -> None:
