@@ -9,7 +9,8 @@ object cache; this reconciler only tells the operator what the controller makes 
 ``held``                                how many notifications it held, every Alert and every replica
                                         together (the store's ``quiet/silence-held/<ns>/<name>/<uid>``,
                                         written by the stage); read while Active at most every
-                                        ``HELD_REFRESH`` seconds, and once more when it expires
+                                        ``held_refresh()`` seconds (10 s, longer when there are many
+                                        Silences), and once more when it expires
 Ready=True  reason = the state          "active until …", "pending: starts at …", "expired at …"
 Ready=False ValidationFailed            the spec breaks a rule (every error listed, each naming its
                                         field) + Stalled=True: it holds nothing until edited
@@ -52,6 +53,9 @@ ALL_NAMESPACES_NOT_ALLOWED = "AllNamespacesNotAllowed"
 HELD_REFRESH = 10.0
 """Seconds between two reads of an Active Silence's held count (so at most one status write per Silence per
 10 s for it, whatever the event rate)."""
+HELD_READS_PER_SECOND = 50.0
+"""Held-count reads (and the reconciles that make them) per second, all Silences together, at most: Silences
+are a tenant's to create, so 10,000 of them refresh every 200 s, not 1,000 reconciles a second."""
 MAX_CREATED_BY = 256
 MAX_COMMENT = 1024
 """The CRD's bounds of ``spec.createdBy`` and ``spec.comment``; checked here for local mode, where no API
@@ -152,6 +156,11 @@ class SilenceReconciler(Reconciler[Any]):
         """Set by the app with the store the silence stage counts in (None: ``status.held`` stays 0)."""
         self._kept: set[tuple[str, str, str]] = set()  # (ns, name, uid) whose deletion was refused: said once
         self._held_read: dict[Key, float] = {}  # monotonic time of the last held read, per Silence
+        self._known: set[Key] = set()  # every Silence of the store (what paces the held refresh)
+
+    def held_refresh(self) -> float:
+        """Seconds between two held-count reads of one Active Silence (``HELD_READS_PER_SECOND``)."""
+        return max(HELD_REFRESH, len(self._known) / HELD_READS_PER_SECOND)
 
     # ---- the contract with the manager -------------------------------------------------------------
     def references(self, obj: Any) -> Iterable[Key]:
@@ -162,8 +171,18 @@ class SilenceReconciler(Reconciler[Any]):
             return []
         key = (change.namespace, change.name)
         if change.obj is None:
-            self._held_read.pop(key, None)
+            self._forget(key)
+        else:
+            self._known.add(key)
         return [key] if spec_or_meta_changed(change) else []
+
+    def prime(self, keys: Iterable[Key] | None = None) -> None:
+        self._known.update(self.object_keys() if keys is None else keys)
+
+    def _forget(self, key: Key) -> None:
+        self._known.discard(key)
+        self._held_read.pop(key, None)
+        self._kept = {k for k in self._kept if k[:2] != key} if self._kept else self._kept
 
     def load(self, key: Key) -> Silence | None:
         return self.store.silence(*key)
@@ -177,7 +196,8 @@ class SilenceReconciler(Reconciler[Any]):
     async def reconcile(self, key: Key) -> Result:
         silence = self.load(key)
         if silence is None or silence.metadata.deletion_timestamp is not None:
-            self._held_read.pop(key, None)
+            if silence is None:
+                self._forget(key)
             return DONE
         now = self.clock.now()
         conditions = ConditionsDraft(silence.status.conditions)
@@ -217,18 +237,19 @@ class SilenceReconciler(Reconciler[Any]):
             due = None  # past retention and kept (local mode): nothing will happen any more
         delay = None if due is None else max((due - now).total_seconds(), 0.0)
         if state is SilenceState.ACTIVE and self.held_count is not None:
-            delay = HELD_REFRESH if delay is None else min(delay, HELD_REFRESH)
+            refresh = self.held_refresh()
+            delay = refresh if delay is None else min(delay, refresh)
         return Result(requeue_after=delay) if delay is not None else DONE
 
     # ---- steps ------------------------------------------------------------------------------------
     async def _held(self, silence: Silence, state: SilenceState, key: Key) -> int:
-        """The held count: read while Active (every ``HELD_REFRESH`` s at most) and at each other reconcile
+        """The held count: read while Active (every ``held_refresh()`` s at most) and at each other reconcile
         (the transition to Expired reads the final one); the stored one when the store cannot say."""
         if self.held_count is None or state is SilenceState.PENDING:
             return silence.status.held
         mono = self.clock.monotonic()
         last = self._held_read.get(key)
-        if state is SilenceState.ACTIVE and last is not None and mono - last < HELD_REFRESH * 0.9:
+        if state is SilenceState.ACTIVE and last is not None and mono - last < self.held_refresh() * 0.9:
             return silence.status.held  # a change of the object, between two refreshes
         self._held_read[key] = mono
         try:
@@ -302,7 +323,7 @@ class SilenceReconciler(Reconciler[Any]):
             rfc3339(self._ends(silence)),
             f"{self.retention:g}",
         )
-        self._held_read.pop((meta.namespace, meta.name), None)
+        self._forget((meta.namespace, meta.name))
         return True
 
     @staticmethod

@@ -19,6 +19,7 @@ from notification_controller.controllers.events import NORMAL, WARNING, EventRec
 from notification_controller.controllers.manager import ControllerManager
 from notification_controller.controllers.silence import (
     ALL_NAMESPACES_NOT_ALLOWED,
+    HELD_READS_PER_SECOND,
     HELD_REFRESH,
     SilenceReconciler,
     all_namespaces_error,
@@ -70,6 +71,7 @@ class Harness:
             retention=retention,
             cluster_namespace=cluster_namespace,
         )
+        self.store.subscribe(self.reconciler.watch)  # as the manager does
 
     def add(self, obj: Silence) -> None:
         self.store.upsert(obj)
@@ -301,3 +303,29 @@ async def test_the_manager_runs_silences_and_schedules_the_next_transition() -> 
     result = await manager.process("Silence", (NS, "s"))
     assert result is not None and result.requeue_after == 60.0
     assert manager.queues["Silence"].delayed == frozenset({(NS, "s")})
+
+
+async def test_many_silences_refresh_their_held_counts_more_slowly() -> None:
+    """Silences are a tenant's to create: 1,000 Active ones must not mean 100 reconciles (and store reads) a
+    second. The refresh stretches so that all of them together stay under ``HELD_READS_PER_SECOND``."""
+    h = Harness(retention=0)
+    reads = 0
+
+    async def held(s: Silence) -> int:
+        nonlocal reads
+        reads += 1
+        return 0
+
+    h.reconciler.held_count = held
+    for i in range(1000):
+        h.add(silence(f"s{i}", uid=f"uid-{i}", duration="2h"))
+    delays = {(await h.reconciler.reconcile((NS, f"s{i}"))).requeue_after for i in range(1000)}
+    assert delays == {1000 / HELD_READS_PER_SECOND} == {20.0}
+    assert reads == 1000  # each read once; the next only after 20 s
+    for i in range(1000):
+        await h.reconciler.reconcile((NS, f"s{i}"))
+    assert reads == 1000
+    for i in range(990):
+        h.store.delete("Silence", NS, f"s{i}")
+    result = await h.reconciler.reconcile((NS, "s999"))
+    assert result.requeue_after == HELD_REFRESH  # few Silences: back to 10 s
