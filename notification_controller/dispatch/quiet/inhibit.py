@@ -54,7 +54,7 @@ import orjson
 from ...api.alert import Alert, InhibitRule
 from ...api.event import SEVERITY_ERROR, Event
 from ...core.noise import ObjectState, Suppressed, digest
-from ...core.quiet import EventFields, Predicate, compiled
+from ...core.quiet import EventFields, Fields, Predicate, compiled
 from ...errors import StoreError
 from ...lib.clock import Clock, SystemClock
 from ...lib.deadlines import Deadlines
@@ -265,23 +265,39 @@ class Inhibition:
         dispatcher calls this for every event, matched or not). None: nothing to do."""
         if not self.dependents and not self.rules:
             return None
-        graph = bool(self.dependents) and event.involved_object.kind in GRAPH_KINDS
-        if not graph and not self.rules:
-            return None
-        return self._observe(event, graph)
-
-    async def _observe(self, event: Event, graph: bool) -> None:
         node = node_of(event)
+        # only what a tracked object depends on is recorded: an event about anything else costs no task
+        graph = bool(self.dependents) and node[0] in GRAPH_KINDS and self.graphs.graph().referenced(node)
         failing = event.severity == SEVERITY_ERROR
+        sources: list[tuple[str, int, _Rule, Fields]] = []
+        for key, (alert, rules) in self.rules.items():  # the rules whose sourceMatchers this object matches
+            fields = (EventFields if failing else _Fields)(
+                event, alert.metadata.name, alert.spec.provider_ref.name
+            )
+            sources.extend((key, i, rule, fields) for i, rule in enumerate(rules) if rule.source(fields))
+        if not graph and not sources:
+            return None
+        return self._observe(node, event, failing, graph, sources)
+
+    async def _observe(
+        self,
+        node: Node,
+        event: Event,
+        failing: bool,
+        graph: bool,
+        sources: list[tuple[str, int, _Rule, Fields]],
+    ) -> None:
         recovered = False
         try:
-            if graph and self.graphs.graph().referenced(node):
+            if graph:
                 recovered = await self._observe_failing(node, event, failing)
-            for key, (alert, rules) in list(self.rules.items()):
-                for index, rule in enumerate(rules):
-                    recovered |= await self._observe_rule(key, alert, index, rule, node, event, failing)
+            for key, index, rule, fields in sources:
+                recovered |= await self._observe_rule(key, index, rule, fields, node, failing)
         except StoreError as exc:
             self._store_failed("observe", exc)
+            return
+        except Exception as exc:  # a bug here must not fail the event's answer (durable stores await this)
+            log.error("inhibition: observing %s failed: %s", describe(node), type(exc).__name__)
             return
         if recovered:
             self._schedule_release(node, event)
@@ -306,13 +322,8 @@ class Inhibition:
         raise StoreError(f"inhibition: {CAS_ATTEMPTS} concurrent writers on one key")
 
     async def _observe_rule(
-        self, key: str, alert: Alert, index: int, rule: _Rule, node: Node, event: Event, failing: bool
+        self, key: str, index: int, rule: _Rule, fields: Fields, node: Node, failing: bool
     ) -> bool:
-        fields = (EventFields if failing else _Fields)(
-            event, alert.metadata.name, alert.spec.provider_ref.name
-        )
-        if not rule.source(fields):
-            return False
         values = [fields.get(name, "") for name in rule.equal]
         record_key = rule_key(key, index, values)
         me = describe(node)
