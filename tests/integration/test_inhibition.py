@@ -5,7 +5,7 @@ A failing GitRepository followed by five failing dependents delivers ONE notific
 recovery delivers one more, naming the five. An Alert that does not take the recovery (``eventSeverity:
 error``) gets a release notification of its own. Explicit ``inhibitRules`` hold a target while a source
 matching the rule fails, with the ``equal`` fields compared. With ``--store=sqlite:`` the failure outlives a
-SIGKILL of the controller.
+SIGKILL of the controller; with ``nats://`` two replicas share it. ``explain --store`` names the failing source.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import aiohttp
 
 from tests.support.capture import CaptureServer
 from tests.support.controllers import ROOT, ControllerProcess, post_event
+from tests.support.nats_server import run_nats_server
 
 PROVIDER = """\
 apiVersion: notification.toolkit.fluxcd.io/v1beta3
@@ -359,3 +360,35 @@ async def test_explain_names_the_failing_source_from_the_controllers_store(tmp_p
             assert got[1]["metadata"]["heldWhileFailing"] == "Kustomization/tenants/tenant-a"
         finally:
             assert await controller.stop() == 0, controller.log()[-3000:]
+
+
+async def test_two_replicas_on_nats_share_the_failure(tmp_path: Path) -> None:
+    """The source's failure reaches replica A, the dependents replica B (held: B reads A's record), the
+    recovery A again, which names what B held."""
+    async with (
+        run_nats_server(jetstream=True, store_dir=str(tmp_path / "js")) as nats,
+        CaptureServer() as sink,
+    ):
+        manifests = write_manifests(
+            tmp_path / "m", sink.url + "/hook", ALERT.format(name="flux", severity="info")
+        )
+        replicas = [
+            ControllerProcess(manifests, [f"--store={nats.url}"], log_path=tmp_path / f"replica-{i}.log")
+            for i in range(2)
+        ]
+        await asyncio.gather(*(r.start() for r in replicas))
+        a, b = replicas
+        try:
+            await post_all(a, event("GitRepository", "flux-system", "repo", "error", "checkout failed"))
+            await sink.wait_for(1, timeout=30)
+            await post_all(
+                b, *(event("Kustomization", ns, name, "error", "source not ready") for ns, name in DEPENDENTS)
+            )
+            await post_all(a, event("GitRepository", "flux-system", "repo", "info", "stored artifact"))
+            got = await settle(sink, 2)
+            assert len(got) == 2, got
+            held = got[1]["metadata"]["heldWhileFailing"]
+            assert held == ", ".join(f"Kustomization/{ns}/{name}" for ns, name in DEPENDENTS), held
+        finally:
+            codes = [await r.stop() for r in replicas]
+            assert codes == [0, 0], a.log()[-2000:] + b.log()[-2000:]
