@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import textwrap
 import time
 import urllib.request
@@ -19,7 +21,7 @@ import pytest
 import yaml
 
 from tests.e2e.apiserver import KubeTestServer
-from tests.e2e.controllerkit import Controller, ThreadedSink, apply, post_event, wait_for
+from tests.e2e.controllerkit import ROOT, Controller, ThreadedSink, apply, post_event, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -92,12 +94,28 @@ def graph_objects(controller: Controller) -> float:
     return float(found.group(1)) if found else -1.0
 
 
+def explain(installed: KubeTestServer, namespace: str, name: str, state: Path) -> dict[str, Any]:
+    """``explain --kubeconfig --store``: the verdict of this test's Alert for a dependent's error."""
+    event_file = Path(installed.workdir) / f"inhibit-{namespace}.json"
+    event_file.write_text(json.dumps(event(namespace, "Kustomization", name, "error", "x")), encoding="utf-8")
+    run = subprocess.run(
+        [sys.executable, "-m", "notification_controller", "explain", "--event", str(event_file),
+         "--kubeconfig", str(installed.kubeconfig), "--store", f"sqlite:{state}", "-o", "json"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert run.returncode in (0, 1), run.stderr
+    verdicts = {v["alert"]: v for v in json.loads(run.stdout)["alerts"]}
+    verdict: dict[str, Any] = verdicts[f"{namespace}/flux"]
+    return verdict
+
+
 def test_one_failure_five_dependents_through_our_rbac(
-    installed: KubeTestServer, sa_kubeconfig: Path, namespace: str
+    installed: KubeTestServer, sa_kubeconfig: Path, namespace: str, tmp_path: Path
 ) -> None:
     sink = ThreadedSink()
     apply(installed, kustomizations(namespace))
-    controller = Controller(installed, sa_kubeconfig, name="inhibit")
+    state = tmp_path / "state.db"
+    controller = Controller(installed, sa_kubeconfig, f"--store=sqlite:{state}", name="inhibit")
     try:
         controller.wait_ready()
         apply(
@@ -135,6 +153,13 @@ def test_one_failure_five_dependents_through_our_rbac(
         wait_for(lambda: len(sink.messages()) >= 1, what="the source's failure")
         time.sleep(3)  # the five would have arrived by now
         assert sink.messages() == ["failed to checkout: DNS lookup failed"], sink.messages()
+
+        # explain reads the cluster's graph and the controller's store: it names the failing source
+        verdict = explain(installed, namespace, "dashboards", state)
+        assert verdict["stage"] == "quiet-inhibit", verdict
+        assert verdict["reason"].startswith(
+            f"inhibited by GitRepository/{namespace}/repo (failing since 20"
+        ), verdict
 
         # a Kustomization added now is in the graph at once (the watch), and held too
         late = {
