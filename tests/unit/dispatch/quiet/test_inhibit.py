@@ -250,3 +250,28 @@ async def test_held_lists_are_bounded() -> None:
 def test_stamp() -> None:
     assert inhibit.stamp(0) == "1970-01-01T00:00:00Z"
     assert timedelta(seconds=inhibit.FAILING_TTL) == timedelta(hours=24)
+
+
+async def test_a_helmrelease_through_its_helmchart_and_helmrepository() -> None:
+    release = {
+        "kind": "HelmRelease",
+        "metadata": {"name": "podinfo", "namespace": "apps"},
+        "spec": {
+            "chart": {
+                "spec": {
+                    "sourceRef": {"kind": "HelmRepository", "name": "charts", "namespace": "flux-system"}
+                }
+            }
+        },
+    }
+    stage, _, _, store = rig([release])
+    await run(stage, store, event("HelmRepository", "charts"))
+    chart = await run(stage, store, event("HelmChart", "apps-podinfo"))  # the chart Flux made fails too
+    assert isinstance(chart, Drop) and "HelmRepository/flux-system/charts" in chart.message
+    held = await run(stage, store, event("HelmRelease", "podinfo", namespace="apps"))
+    assert isinstance(held, Drop) and "HelmRepository/flux-system/charts" in held.message  # the root cause
+    recovery = await run(stage, store, event("HelmRepository", "charts", "info"))
+    assert isinstance(recovery, Draft)
+    assert recovery.event.metadata[inhibit.HELD_METADATA] == (
+        "HelmChart/flux-system/apps-podinfo, HelmRelease/apps/podinfo"
+    )
