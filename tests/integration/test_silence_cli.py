@@ -4,16 +4,19 @@ next poll. The same on a real API server: tests/e2e/test_silence_cli_e2e.py."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from notification_controller.api.objects import parse_object
 from notification_controller.api.silence import Silence
+from tests.integration.appkit import running_app
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = Path(sys.executable).parent / "notification-controller"
@@ -196,3 +199,34 @@ def test_created_by_is_the_local_user(tmp_path: Path) -> None:
     assert json.loads(done.stdout)["spec"]["createdBy"] == "alice"
     done = run(*ADD, "--created-by", "bob", "--manifests", str(tmp_path), "-o", "json", env=env)
     assert json.loads(done.stdout)["spec"]["createdBy"] == "bob"
+
+
+async def test_a_running_controller_loads_what_add_wrote(tmp_path: Path) -> None:
+    """Local mode: the Silence is in the controller's object store after its next poll, and ``expire``'s
+    rewrite reaches it too (the file is replaced whole, never read half-written)."""
+    async with running_app(tmp_path) as app:
+        added = await asyncio.to_thread(
+            ok, *ADD, "--name", "freeze", "-n", "apps", "--manifests", str(tmp_path)
+        )
+        assert "wrote" in added
+        first = await _until(lambda: app.store.silence("apps", "freeze"))
+        await asyncio.to_thread(ok, "silence", "expire", "freeze", "-n", "apps", "--manifests", str(tmp_path))
+
+        def ended() -> Silence | None:
+            held = app.store.silence("apps", "freeze")
+            return held if held is not None and held.spec.ends_at != first.spec.ends_at else None
+
+        last = await _until(ended)
+    assert [str(m) for m in first.spec.matchers] == ["kind=Kustomization", "name=~apps-.*"]
+    assert last.spec.ends_at < first.spec.ends_at
+
+
+async def _until(probe: Any, deadline: float = 30.0) -> Any:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + deadline
+    while loop.time() < end:
+        value = probe()
+        if value is not None:
+            return value
+        await asyncio.sleep(0.05)
+    raise AssertionError("the controller did not load the Silence within 30 s")
