@@ -61,6 +61,7 @@ from .api.silence import (
     Matcher,
     Silence,
     SilenceState,
+    re2_error,
 )
 from .core.apiref import InvalidReference, validate_name, validate_namespace
 from .errors import ManifestError
@@ -130,29 +131,16 @@ def parse_matchers(values: Sequence[str]) -> list[Matcher]:
     return matchers
 
 
-_SPLIT = re.compile(r"^\s*([A-Za-z0-9_./-]+)\s*(=~|!~|!=|=)(.*)$", re.DOTALL)  # as Matcher.parse splits
-
-
 def regex_error(text: str) -> str | None:
-    """Why the regex of a ``=~``/``!~`` matcher does not compile, checked before ``Matcher.parse``: RE2's
-    default options write an "Error parsing" line (and absl's start-up warning) on stderr, and its error is
-    bytes; the command's contract is one ``error:`` line."""
-    found = _SPLIT.match(text)
-    if found is None or found.group(2) not in ("=~", "!~"):
+    """Why the regex of a ``=~``/``!~`` matcher ``text`` does not compile (``api.silence.re2_error``: quiet on
+    stderr, the reason decoded), or None; checked before ``Matcher.parse`` to name the flag."""
+    found = re.match(r"^\s*[A-Za-z0-9_./-]+\s*(=~|!~)(.*)$", text, re.DOTALL)
+    if found is None:
         return None
-    value = found.group(3).strip()
+    value = found.group(2).strip()
     if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
         value = value[1:-1]
-    import re2
-
-    options = re2.Options()
-    options.log_errors = False
-    try:
-        re2.compile(value, options)
-    except re2.error as exc:
-        raw = exc.args[0] if exc.args else b""
-        return (raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw))[:200] or "invalid"
-    return None
+    return re2_error(value)
 
 
 def parse_for(value: str) -> timedelta:

@@ -96,13 +96,27 @@ class Matcher(Model):
         if len(self.value) > MAX_MATCHER_VALUE:
             errors.append(f"{where}value is longer than {MAX_MATCHER_VALUE} characters")
         elif self.match_type in (MatchType.REGEX, MatchType.NOT_REGEX):
-            import re2  # the run-time engine; imported here so the model stays importable without it
-
-            try:
-                re2.compile(self.value)
-            except re2.error as exc:
-                errors.append(f"{where}value is not an RE2 expression: {exc}")
+            reason = re2_error(self.value)
+            if reason is not None:
+                errors.append(f"{where}value is not an RE2 expression: {reason}")
         return errors
+
+
+def re2_error(expression: str) -> str | None:
+    """Why RE2 cannot compile ``expression`` (``missing ): apps-(``), or None. With ``log_errors`` off: RE2's
+    defaults write an "Error parsing" line on stderr for each, which a tenant could trigger at will, and
+    which breaks the CLI's one-line error contract; the reason is decoded (RE2 raises it as bytes)."""
+    import re2  # the run-time engine; imported here so the model stays importable without it
+
+    options = re2.Options()
+    options.log_errors = False
+    try:
+        re2.compile(expression, options)
+    except re2.error as exc:
+        raw = exc.args[0] if exc.args else b""
+        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+        return text.splitlines()[0][:200] if text.strip() else "invalid regular expression"
+    return None
 
 
 def matchers_errors(matchers: list[Matcher], field: str) -> list[str]:

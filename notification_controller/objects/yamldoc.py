@@ -73,7 +73,9 @@ _FLOAT = "tag:yaml.org,2002:float"
 def _number_or_sexagesimal(loader: BaseLoader, node: Node) -> Any:
     """YAML 1.1's base-60 numbers (``22:00``, ``1:30.5``) are strings, as in Go's YAML; other numbers
     are PyYAML's."""
-    if isinstance(node, ScalarNode) and ":" in node.value:
+    if not isinstance(node, ScalarNode):  # an explicit !!int on a collection: PyYAML's own error
+        return loader.construct_scalar(node)  # type: ignore[arg-type]
+    if ":" in node.value:
         return str(node.value)
     if node.tag == _INT:
         return loader.construct_yaml_int(node)

@@ -88,3 +88,10 @@ def test_the_cli_matcher_syntax(text: str, name: str, op: MatchType, value: str)
 def test_a_bad_matcher_says_what_is_wrong(text: str) -> None:
     with pytest.raises(ValueError, match=r"matcher|not one of|RE2"):
         Matcher.parse(text)
+
+
+def test_a_bad_regex_is_reported_quietly_and_decoded(capfd: pytest.CaptureFixture[str]) -> None:
+    """RE2's default options log "Error parsing ..." on stderr for every bad expression a tenant writes."""
+    errors = Matcher(name="name", value="apps-(", match_type=MatchType.REGEX).validation_errors("m.")
+    assert errors == ["m.value is not an RE2 expression: missing ): apps-("]
+    assert capfd.readouterr().err == ""
