@@ -25,6 +25,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from . import logsetup
+from .api.silence import Silence
 from .controllers.alert import AlertReconciler
 from .controllers.events import EventRecorder
 from .controllers.manager import ControllerManager
@@ -264,6 +265,13 @@ class App:
         """``/status`` (server/health.py, ``notification-controller get``): the cache's objects, API-shaped."""
 
         def shape(obj: Any) -> dict[str, Any]:  # an Alert, Provider or Receiver: the same four fields
+            if isinstance(obj, Silence):  # no suspend; its state, window and held count
+                return {
+                    "kind": "Silence",
+                    "metadata": {"namespace": obj.metadata.namespace, "name": obj.metadata.name},
+                    "spec": {},
+                    "status": obj.status.model_dump(by_alias=True, mode="json", exclude_none=True),
+                }
             return {
                 "kind": type(obj).__name__,
                 "metadata": {"namespace": obj.metadata.namespace, "name": obj.metadata.name},
@@ -273,7 +281,12 @@ class App:
                 },
             }
 
-        for obj in (*self.store.alerts(), *self.store.providers(), *self.store.receivers()):
+        for obj in (
+            *self.store.alerts(),
+            *self.store.providers(),
+            *self.store.receivers(),
+            *self.store.silences(),
+        ):
             yield shape(obj)
 
     async def _serve(self, name: str, app: web.Application, addr: str) -> None:

@@ -1,4 +1,5 @@
-"""``notification-controller get alerts|providers|receivers``: ``flux get`` without Flux's CLI or a cluster.
+"""``notification-controller get alerts|providers|receivers|silences``: ``flux get`` without Flux's CLI or a
+cluster.
 
 In a cluster ``kubectl get`` and ``flux get alerts`` read the status the controller writes; in local mode
 (``--manifests``) there is no API server, and the status lived only in the logs (issue 25 item 8). This
@@ -7,7 +8,8 @@ with ``--kubeconfig``, from the cluster once (read-only, through kube/'s client)
 ``server.health.summarise``, so the two modes print the same columns for the same object.
 
 Columns are ``flux get``'s (cmd/flux/get_alert.go and friends): NAME, READY, MESSAGE, SUSPENDED, with
-NAMESPACE first under ``-A``; an object without a Ready condition reads ``False`` / "waiting to be
+NAMESPACE first under ``-A``; Silences (ours, issue 26) have no ``suspend``: NAME, READY, STATE, ENDS, HELD,
+MESSAGE, the CRD's columns and the controller's Ready (in local mode the only place their status shows); an object without a Ready condition reads ``False`` / "waiting to be
 reconciled", as there. ``-o text|json|yaml`` as every command. Exit status: 0 shown (an empty list says so
 in words), 1 the source could not be read, 2 bad usage.
 """
@@ -34,6 +36,8 @@ KINDS = {
     "provider": "Provider",
     "receivers": "Receiver",
     "receiver": "Receiver",
+    "silences": "Silence",
+    "silence": "Silence",
 }
 DEFAULT_NAMESPACE = "flux-system"
 DEFAULT_ADDR = "127.0.0.1:9440"
@@ -48,9 +52,9 @@ class SourceError(Exception):
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="notification-controller get",
-        description="Show Alerts, Providers or Receivers and their Ready status, as 'flux get' does.",
+        description="Show Alerts, Providers, Receivers or Silences and their Ready status, as 'flux get' does.",
     )
-    parser.add_argument("kind", choices=sorted(KINDS), metavar="alerts|providers|receivers")
+    parser.add_argument("kind", choices=sorted(KINDS), metavar="alerts|providers|receivers|silences")
     parser.add_argument("name", nargs="?", help="only this object")
     parser.add_argument("-n", "--namespace", default=DEFAULT_NAMESPACE, help=f"default {DEFAULT_NAMESPACE}")
     parser.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace")
@@ -83,9 +87,9 @@ def from_controller(addr: str, kind: str) -> list[dict[str, Any]]:
 async def from_cluster(kubeconfig: str, kind: str, namespace: str | None) -> list[dict[str, Any]]:
     from .errors import ControllerError
     from .kube.client import KubeClient
-    from .kube.informer import ALERTS, PROVIDERS, RECEIVERS  # the versions the controller watches
+    from .kube.informer import ALERTS, PROVIDERS, RECEIVERS, SILENCES  # the versions the controller watches
 
-    resource = {"Alert": ALERTS, "Provider": PROVIDERS, "Receiver": RECEIVERS}[kind]
+    resource = {"Alert": ALERTS, "Provider": PROVIDERS, "Receiver": RECEIVERS, "Silence": SILENCES}[kind]
     try:
         client = await KubeClient.connect(kubeconfig)
     except (ControllerError, OSError, ValueError) as exc:
@@ -93,6 +97,10 @@ async def from_cluster(kubeconfig: str, kind: str, namespace: str | None) -> lis
     try:
         items, _ = await client.list(resource.path(namespace))
     except (ControllerError, OSError) as exc:
+        if kind == "Silence" and getattr(exc, "status", 0) == 404:
+            raise SourceError(
+                f"{resource.plural}.{resource.group} is not installed in this cluster"
+            ) from None
         raise SourceError(f"cannot list {resource.plural}: {exc}") from None
     finally:
         await client.close()
@@ -110,7 +118,10 @@ def render(rows: list[dict[str, Any]], kind: str, namespace: str | None, output:
         return
     all_namespaces = namespace is None
     columns = ["namespace"] if all_namespaces else []
-    columns += ["name", "ready", "message", "suspended"]
+    if kind == "Silence":
+        columns += ["name", "ready", "state", "ends", "held", "message"]
+    else:
+        columns += ["name", "ready", "message", "suspended"]
     cells = [
         [escape_cell(str(row["suspended"]).title() if c == "suspended" else str(row[c])) for c in columns]
         for row in rows

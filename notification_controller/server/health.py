@@ -5,9 +5,9 @@ durable store can be written now).
 NATS) within ``PROBE_TIMEOUT``: a store another process has locked, a full disk or a dead writer thread
 makes the pod unready, instead of answering 200 while every event POST fails (issue 23 item 4).
 
-``/status`` (``?kind=Alert|Provider|Receiver``) answers what ``flux get`` shows, from the controller's own
-cache: for each object its kind, namespace, name, Ready status and message, and whether it is suspended, as
-JSON. It is what ``notification-controller get`` reads in local mode, where no API server holds a status
+``/status`` (``?kind=Alert|Provider|Receiver|Silence``) answers what ``flux get`` shows, from the controller's
+own cache: for each object its kind, namespace, name, Ready status and message, and whether it is suspended
+(a Silence: its state, end and held count instead), as JSON. It is what ``notification-controller get`` reads in local mode, where no API server holds a status
 (issue 25 item 7). Read-only, GET only, no spec and no Secret in it: a Receiver's webhook path (a bearer
 secret, which Flux writes into the Ready message, "Receiver initialized for path: /hook/…") is masked here:
 this listener has no authentication, unlike the API server that shows it to ``flux get receivers``; other
@@ -35,7 +35,7 @@ that does not answer is a 503, not a probe timeout counted the same way but with
 
 _HOOK_PATH = re.compile(r"/hook/[^\s\"']+")
 
-STATUS_KINDS = ("Alert", "Provider", "Receiver")
+STATUS_KINDS = ("Alert", "Provider", "Receiver", "Silence")
 WAITING = "waiting to be reconciled"
 """Flux's words (``flux get``'s ``statusAndMessage``) for an object with no Ready condition yet."""
 
@@ -53,7 +53,7 @@ def summarise(raw: Mapping[str, Any]) -> dict[str, Any]:
             message = str(condition.get("message", ""))
             reason = str(condition.get("reason", ""))
             break
-    return {
+    row = {
         "kind": str(raw.get("kind", "")),
         "namespace": str(meta.get("namespace", "")),
         "name": str(meta.get("name", "")),
@@ -63,6 +63,14 @@ def summarise(raw: Mapping[str, Any]) -> dict[str, Any]:
         "suspended": bool(spec.get("suspend", False)),
         "created": str(meta.get("creationTimestamp") or ""),
     }
+    if row["kind"] == "Silence":  # what `kubectl get silences` prints (the CRD's columns)
+        held = status.get("held")
+        row.update(
+            state=str(status.get("state") or ""),
+            ends=str(status.get("endsAt") or ""),
+            held=held if isinstance(held, int) and not isinstance(held, bool) else 0,
+        )
+    return row
 
 
 def create_health_app(

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import textwrap
 import time
 from datetime import UTC, datetime, timedelta
@@ -47,6 +49,7 @@ from tests.e2e.controllerkit import (
 pytestmark = pytest.mark.e2e
 
 SILENCE = "silences.notification-controller.io"
+SCRIPT = Path(sys.executable).parent / "notification-controller"
 
 
 def stamp(moment: datetime) -> str:
@@ -203,6 +206,18 @@ def test_a_silence_goes_pending_active_expired_holds_and_is_deleted_after_retent
             lambda: status(installed, namespace, "window").get("held") == 1, timeout=30, what="status.held 1"
         )
         assert "health check failed" not in sink.messages()
+        done = subprocess.run(
+            [str(SCRIPT), "get", "silences", "-n", namespace, "--kubeconfig", str(installed.kubeconfig)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        header, *rows = done.stdout.splitlines()
+        assert header.split() == ["NAME", "READY", "STATE", "ENDS", "HELD", "MESSAGE"]
+        window = next(r.split() for r in rows if r.startswith("window "))
+        assert window[1:5] == ["True", "Active", stamp(ends), "1"], done.stdout
 
         wait_for(
             lambda: status(installed, namespace, "window").get("state") == "Expired",
@@ -287,6 +302,15 @@ def test_without_the_silence_crd_the_controller_runs_and_delivers(bare_kube: Kub
         wait_for(delivered, timeout=30, what="an event delivered without the Silence CRD")
         log = controller.log()
         assert log.count("is not available (the CRD is not installed)") == 1, log[-3000:]
+        done = subprocess.run(
+            [str(SCRIPT), "get", "silences", "-A", "--kubeconfig", str(bare_kube.kubeconfig)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 1
+        assert done.stderr == "error: silences.notification-controller.io is not installed in this cluster\n"
         assert controller.proc.poll() is None
     finally:
         controller.stop()

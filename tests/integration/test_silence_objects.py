@@ -7,6 +7,8 @@ user's). The real ``App`` in-process, real files, real polling; no mocks."""
 from __future__ import annotations
 
 import asyncio
+import io
+import json
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -15,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from notification_controller import get
 from notification_controller.api.silence import Silence, SilenceState
 from notification_controller.app import App
 from notification_controller.core import conditions as cond
@@ -109,6 +112,21 @@ async def test_silences_load_report_their_state_on_time_and_cli_files_go_after_r
                 and "Silence/apps/old" in kept[0]
                 and "not written by the silence CLI" in kept[0]
             )
+            # `get silences` shows the controller's view: in local mode the only place a status shows
+            table = io.StringIO()
+            argv = ["silences", "-n", "apps", "--addr", f"127.0.0.1:{app.ports['health']}"]
+            assert await asyncio.to_thread(get.main, argv, table) == 0
+            header, *rows = table.getvalue().splitlines()
+            assert header.split() == ["NAME", "READY", "STATE", "ENDS", "HELD", "MESSAGE"]
+            cells = {row.split()[0]: row.split()[:5] for row in rows}
+            assert cells["later"][1:3] == ["True", "Active"]
+            assert cells["old"][1:3] == ["True", "Expired"]
+            assert cells["old"][3].startswith(stamp(now - timedelta(hours=1))[:19])
+            assert "quick" not in cells
+            as_json = io.StringIO()
+            assert await asyncio.to_thread(get.main, [*argv, "-o", "json"], as_json) == 0
+            later = next(r for r in json.loads(as_json.getvalue()) if r["name"] == "later")
+            assert (later["kind"], later["state"], later["held"]) == ("Silence", "Active", 0)
             # events are still served
             response = await post_event(app, b'{"involvedObject": {}}')
             assert response.status == 202  # the controller serves events all along

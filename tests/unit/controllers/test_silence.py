@@ -29,7 +29,7 @@ from notification_controller.controllers.silence import (
 from notification_controller.core import conditions as cond
 from notification_controller.errors import KubeError
 from notification_controller.lib.clock import ManualClock
-from notification_controller.objects.base import ObjectStore
+from notification_controller.objects.base import Change, ObjectStore
 from notification_controller.settings import SilenceSettings
 from notification_controller.store.memory import MemoryStore
 from tests.support.recording_cluster import RecordingCluster
@@ -71,7 +71,10 @@ class Harness:
             retention=retention,
             cluster_namespace=cluster_namespace,
         )
-        self.store.subscribe(self.reconciler.watch)  # as the manager does
+        self.store.subscribe(self._watch)  # as the manager does
+
+    def _watch(self, change: Change) -> None:
+        self.reconciler.watch(change)
 
     def add(self, obj: Silence) -> None:
         self.store.upsert(obj)
