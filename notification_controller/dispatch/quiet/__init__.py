@@ -34,6 +34,8 @@ from .windows import Span, Windows
 
 __all__ = ["HELD_MUTED", "HELD_SILENCED", "Quiet", "held_total"]
 
+MAX_SHOWN = 8
+"""Silences read for the Alert's ``Held`` condition (a status message stays short)."""
 HELD_SILENCED = "Silenced"
 HELD_MUTED = "Muted"
 """Reasons of an Alert's ``Held`` condition (a Silence holds something; only its mute window does)."""
@@ -81,9 +83,8 @@ class Quiet:
         key = alert_id(alert)
         found: list[tuple[Held, str]] = []
         own, cluster = self.silences.index.applying(alert.metadata.namespace)
-        for silence in (*own, *cluster)[:32]:
-            if not silence.active(now):
-                continue
+        active = [c for c in (*own, *cluster) if c.active(now)]
+        for silence in active[:MAX_SHOWN]:
             record = await self.core.held.read(key, silence.uid)
             if record is not None and not record.claimed and record.count:
                 found.append((record, silence.describe()))

@@ -43,6 +43,8 @@ log = logging.getLogger(__package__)
 
 MAX_EVALUATED = 32
 """Active Silences evaluated per notification at most (those ending last; the module docstring)."""
+MAX_MATCHERS_TEXT = 256
+"""Characters of a Silence's matchers quoted in a Drop's message, explain's line and the Held condition."""
 MAX_COMPILED = 256
 """Silences whose matchers are kept compiled (least recently used first out): 32 RE2 programs each, ~2.5 KB
 apiece measured (32,000 programs: 80 MB), so the cache stays under ~20 MB however many Silences exist."""
@@ -88,6 +90,8 @@ class Compiled:
         """``held by Silence ns/name until <time> (matchers ...)`` (the Drop's message, explain's line)."""
         until = datetime.fromtimestamp(self.ends, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         matchers = ", ".join(str(m) for m in self.silence.spec.matchers)
+        if len(matchers) > MAX_MATCHERS_TEXT:  # 32 matchers of 1,024 characters: not in every log line
+            matchers = matchers[: MAX_MATCHERS_TEXT - 1] + "…"
         return f"held by {self.label} until {until} (matchers {matchers})"
 
 

@@ -53,6 +53,8 @@ STORE_RETRY = 5.0
 """Seconds before a look that met a store error is tried again."""
 SHOWN_OBJECTS = 20
 """Objects listed in a summary's text (all of them are counted)."""
+MAX_COMMENT = 200
+"""Characters of the Silence's comment quoted in its summary (its first line)."""
 SUMMARY_REASON = "QuietSummary"
 """The summary's event reason."""
 HELD = "held"
@@ -69,12 +71,14 @@ class SilenceEnd:
     uid: str
     summary: bool
     all_namespaces: bool
+    comment: str = ""
 
     @classmethod
     def of(cls, silence: Silence) -> SilenceEnd:
         meta = silence.metadata
         uid = meta.uid or f"{meta.namespace}/{meta.name}"
-        return cls(meta.namespace, meta.name, uid, silence.spec.summary, silence.spec.all_namespaces)
+        spec = silence.spec
+        return cls(meta.namespace, meta.name, uid, spec.summary, spec.all_namespaces, spec.comment or "")
 
     @property
     def key(self) -> str:
@@ -85,8 +89,10 @@ def _when(moment: float) -> str:
     return datetime.fromtimestamp(moment, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def summary_message(held: Held, ended: float) -> tuple[str, str, str, tuple[tuple[str, str], ...]]:
-    """(title, text, severity, fields) of the summary of ``held``."""
+def summary_message(
+    held: Held, ended: float, comment: str = ""
+) -> tuple[str, str, str, tuple[tuple[str, str], ...]]:
+    """(title, text, severity, fields) of the summary of ``held`` (``comment``: the Silence's)."""
     failing = held.failing
     failing_count = len(failing) + (1 if held.more_failing else 0)
     plural = "s" if held.count != 1 else ""
@@ -94,6 +100,9 @@ def summary_message(held: Held, ended: float) -> tuple[str, str, str, tuple[tupl
     if failing_count:
         title += f", {len(failing)}{'+' if held.more_failing else ''} object{'s' if failing_count != 1 else ''} still failing"
     lines = [f"Held from {_when(held.first)} to {_when(ended)}:"]
+    if comment:
+        line = comment.split("\n", 1)[0]
+        lines.insert(0, f"Comment: {line[:MAX_COMMENT]}")
     for obj in held.objects[:SHOWN_OBJECTS]:
         state = (
             f"still failing: {obj.message}"
@@ -115,10 +124,12 @@ def summary_message(held: Held, ended: float) -> tuple[str, str, str, tuple[tupl
     return title, "\n".join(lines), severity, fields
 
 
-def summary_notification(held: Held, alert: Alert, provider_type: str, ended: float) -> Notification:
+def summary_notification(
+    held: Held, alert: Alert, provider_type: str, ended: float, comment: str = ""
+) -> Notification:
     """The one notification that stands for everything ``held`` held (id derived from the record: every
     replica would make the same one)."""
-    title, text, severity, fields = summary_message(held, ended)
+    title, text, severity, fields = summary_message(held, ended, comment)
     try:
         base = Event.decode(held.event) if held.event else None
     except EventDecodeError:
@@ -230,7 +241,7 @@ class Summaries:
         ]
         sent = 0
         for alert in alerts:  # a store error: the whole look again later (claimed records answer None)
-            sent += await self._send(alert, end.uid, now, enqueue)
+            sent += await self._send(alert, end.uid, now, enqueue, end.comment)
         del self._silences[key]
         return sent
 
@@ -246,7 +257,7 @@ class Summaries:
                 return 0
         return await self._send(alert, MUTE, now, enqueue)
 
-    async def _send(self, alert: Alert, source: str, now: float, enqueue: Enqueue) -> int:
+    async def _send(self, alert: Alert, source: str, now: float, enqueue: Enqueue, comment: str = "") -> int:
         key = alert_id(alert)
         if alert.spec.suspend:
             return 0
@@ -256,7 +267,7 @@ class Summaries:
         held = await self.core.held.claim(key, source)
         if held is None:
             return 0
-        notification = summary_notification(held, alert, str(provider.spec.type), now)
+        notification = summary_notification(held, alert, str(provider.spec.type), now, comment)
         try:
             await enqueue(notification)
         except Exception:

@@ -49,6 +49,13 @@ def test_the_summary_says_how_many_per_object_and_what_still_fails() -> None:
     }
 
 
+def test_the_silences_comment_comes_first_one_line_bounded() -> None:
+    _, text, _, _ = summary_message(record(), T0, "database upgrade\nsecond line " + "x" * 500)
+    assert text.splitlines()[0] == "Comment: database upgrade"
+    _, text, _, _ = summary_message(record(), T0, "y" * 5000)
+    assert len(text.splitlines()[0]) == len("Comment: ") + 200
+
+
 def test_nothing_failing_is_an_info_summary_and_long_lists_are_cut() -> None:
     only_info = Held(
         "apps/a",
