@@ -27,8 +27,8 @@ from ...store.base import Store
 from ..model import Draft
 from ..stage import StageLike
 from .held import MUTE, Held, held_total
+from .shared import QuietState, Touched, Warn, alert_id
 from .silences import Silences
-from .state import QuietState, Touched, Warn, alert_id
 from .summary import Enqueue, Summaries
 from .windows import Span, Windows
 

@@ -37,7 +37,7 @@ from ...errors import StoreError
 from ...objects.base import Change
 from ..model import Draft, Drop
 from .held import silence_total_key
-from .state import QuietState, alert_id
+from .shared import QuietState, alert_id
 
 log = logging.getLogger(__package__)
 

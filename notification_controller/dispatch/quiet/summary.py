@@ -39,7 +39,7 @@ from ...objects.base import Change
 from ...providers.message import Message
 from ..model import Notification, Ref
 from .held import MUTE, Held, held_key
-from .state import QuietState, alert_id
+from .shared import QuietState, alert_id
 from .windows import Span
 
 log = logging.getLogger(__package__)

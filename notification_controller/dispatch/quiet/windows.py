@@ -24,7 +24,7 @@ from ...errors import StoreError
 from ...objects.base import Change
 from ..model import Draft, Drop
 from .held import MUTE
-from .state import QuietState, alert_id
+from .shared import QuietState, alert_id
 
 log = logging.getLogger(__package__)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry
 
 from notification_controller.api.alert import Alert
-from notification_controller.dispatch.quiet.state import STATUS_INTERVAL, WARN_INTERVAL, QuietState
+from notification_controller.dispatch.quiet.shared import STATUS_INTERVAL, WARN_INTERVAL, QuietState
 from notification_controller.errors import StoreError
 from notification_controller.lib.clock import ManualClock
 from notification_controller.metrics import NoiseMetrics
