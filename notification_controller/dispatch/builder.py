@@ -5,7 +5,7 @@ built (Alertmanager's ``PipelineBuilder``). Nothing is appended or assigned afte
 
     pre-queue  Flux's rules (rules.py) → noise control: filter → threshold → state change → repeat → group
                → silences → mute windows (quiet/silences.py, quiet/windows.py)
-               → inhibition (quiet/inhibit.py; its observer sees every event before matching)
+               → inhibition (quiet/inhibit.py; the matcher shows it every event)
     pre-send   [durable: noise filter at send, commit status at send] → hooks → templates → thread
                → resolve in place (quiet/inplace.py: the message a recovery edits)
     post-send  thread started → resolve in place (the failure's message id kept)
@@ -199,8 +199,7 @@ def build(
         FilterOffload(),  # heavy message filters run off the loop (filtering.py)
         report,
         metrics,
+        observe=inhibition.observe if inhibition else None,  # every event, matched or not
     )
-    dispatcher = Dispatcher(
-        matcher, queue_stages, queue, report, observe=inhibition.observe if inhibition else None
-    )
+    dispatcher = Dispatcher(matcher, queue_stages, queue, report)
     return Pipeline(dispatcher, deliverer, report, control, outbox, quiet, inhibition)

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from typing import Any
+from collections.abc import Awaitable, Sequence
 
 from ..api.event import MD_TOKEN, Event
 from ..core.matching import CompiledAlert
@@ -32,25 +31,14 @@ Waiting = list[Awaitable[Draft | None]]
 Later = Awaitable[list[CompiledAlert]] | None
 
 
-Observe = Callable[[Event], Coroutine[Any, Any, None] | None]
-"""Sees every event before matching, matched or not (inhibition records failing sources): None when it has
-nothing to do, an awaitable when it needs I/O."""
-
-
 class Dispatcher:
     def __init__(
-        self,
-        matcher: Matcher,
-        pre_queue: Sequence[StageLike[Draft]],
-        queue: Queue,
-        report: Reporter,
-        observe: Observe | None = None,
+        self, matcher: Matcher, pre_queue: Sequence[StageLike[Draft]], queue: Queue, report: Reporter
     ) -> None:
         self.matcher = matcher
         self.pre_queue = Runner(pre_queue, Draft, self._dropped, self._failed)
         self.queue = queue
         self.report = report
-        self.observe = observe
 
     def admit(self, event: Event) -> int | Awaitable[int]:
         """Memory queue: how many Alerts matched outright. Durable queue: an awaitable of how many
@@ -60,13 +48,10 @@ class Dispatcher:
             event = event.model_copy(
                 update={"metadata": exclude_internal_metadata(event.metadata, obj.group)}
             )
-        observed = self.observe(event) if self.observe is not None else None
         matched, later = self.matcher.match(event)
         ready, waiting = self._prepare(event, matched)
         if self.queue.durable:
-            return self._store(event, ready, waiting, later, observed)
-        if observed is not None:
-            self.report.spawn(observed)
+            return self._store(event, ready, waiting, later)
         if ready:
             self.queue.enqueue(ready)
         for pending in waiting:
@@ -86,16 +71,7 @@ class Dispatcher:
                 waiting.append(outcome)
         return ready, waiting
 
-    async def _store(
-        self,
-        event: Event,
-        ready: list[Notification],
-        waiting: Waiting,
-        later: Later,
-        observed: Awaitable[None] | None = None,
-    ) -> int:
-        if observed is not None:  # stored before the answer: the next event sees this one's failure
-            await observed
+    async def _store(self, event: Event, ready: list[Notification], waiting: Waiting, later: Later) -> int:
         if later is not None:
             more, more_waiting = self._prepare(event, await later)
             ready += more

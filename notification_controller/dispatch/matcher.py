@@ -8,6 +8,10 @@ short message never leaves it.
 
 Every Alert dropped here is counted (``notification_dropped_total{reason}``); an event no Alert wants is
 counted in ``events_unmatched``.
+
+``observe`` sees every event first, matched or not (inhibition records the sources that fail and recover:
+``quiet/inhibit.py``): when it needs I/O, the matches later wait for it, so a durable store has the failure
+before the event's answer, and the memory store's 202 still needs no task of its own.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 
 from ..api.event import Event
 from ..core.matching import CompiledAlert, SourceMatch, encode_message
@@ -31,6 +35,8 @@ log = logging.getLogger(__name__)
 Candidates = list[tuple[CompiledAlert, SourceMatch]]
 Matched = tuple[list[CompiledAlert], Awaitable[list[CompiledAlert]] | None]
 """The Alerts matched now, and an awaitable of those matched later (None: nothing later)."""
+Observe = Callable[[Event], Awaitable[None] | None]
+"""Sees every event before matching (None: nothing to do; an awaitable when it needs I/O)."""
 
 
 class Matcher:
@@ -41,14 +47,21 @@ class Matcher:
         filters: FilterOffload,
         report: Reporter,
         metrics: EventMetrics,
+        observe: Observe | None = None,
     ) -> None:
         self.store = store
         self.labels = labels
         self.filters = filters
         self.report = report
         self.metrics = metrics
+        self.observe = observe
 
     def match(self, event: Event) -> Matched:
+        observed = self.observe(event) if self.observe is not None else None
+        matched, later = self._match(event)
+        return (matched, later) if observed is None else (matched, _after(observed, later))
+
+    def _match(self, event: Event) -> Matched:
         candidates = self._candidates(event)
         message = event.message
         size = len(message) if message.isascii() else 4 * len(message)  # UTF-8 bytes, at most
@@ -165,3 +178,8 @@ class Matcher:
     async def close(self) -> None:
         self.filters.close()  # the filter thread stops after the expression list it is on (filtering.py)
         await self.labels.close()
+
+
+async def _after(first: Awaitable[None], later: Awaitable[list[CompiledAlert]] | None) -> list[CompiledAlert]:
+    await first
+    return await later if later is not None else []

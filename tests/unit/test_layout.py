@@ -88,6 +88,10 @@ THROUGH: dict[str, str] = {
     "kube/library.py": "tests/e2e/test_kube_layer.py",
     "kube/metrics.py": "tests/e2e/test_ops_metrics_e2e.py",
     "kube/graphwatch.py": "tests/e2e/test_inhibition_e2e.py",
+    # inhibition's parts are tested as one stage
+    "dispatch/quiet/failing.py": "tests/unit/dispatch/quiet/test_inhibit.py",
+    "dispatch/quiet/observe.py": "tests/unit/dispatch/quiet/test_inhibit.py",
+    "dispatch/quiet/release.py": "tests/unit/dispatch/quiet/test_inhibit.py",
     # providers: shared pieces through the per-type modules and the conformance kit
     "providers/base.py": "tests/conformance/test_provider_conformance.py",
     "providers/options.py": "tests/conformance/test_provider_conformance.py",

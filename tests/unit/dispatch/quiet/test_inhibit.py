@@ -11,8 +11,9 @@ from typing import Any
 from notification_controller.api.event import Event
 from notification_controller.api.objects import parse_object
 from notification_controller.dispatch.model import Draft, Drop, Notification
-from notification_controller.dispatch.quiet import inhibit
+from notification_controller.dispatch.quiet import failing as inhibit
 from notification_controller.dispatch.quiet.inhibit import Inhibition
+from notification_controller.dispatch.quiet.release import RELEASE_DELAY
 from notification_controller.lib.clock import ManualClock
 from notification_controller.objects.base import ObjectStore
 from notification_controller.objects.graph import FluxGraph, StaticGraph
@@ -143,7 +144,7 @@ async def test_a_release_for_an_alert_that_did_not_take_the_recovery() -> None:
         sent.append(n)
 
     assert await stage.release_due(enqueue) == 0  # not yet: the matching Alert may claim it first
-    clock.advance(inhibit.RELEASE_DELAY + 0.1)
+    clock.advance(RELEASE_DELAY + 0.1)
     assert await stage.release_due(enqueue) == 1
     (release,) = sent
     assert release.event.message == (
@@ -151,7 +152,7 @@ async def test_a_release_for_an_alert_that_did_not_take_the_recovery() -> None:
     )
     assert release.id.startswith("inhibit-") and release.alert.key == "flux-system/a"
     # a replica building the same release makes the same id (the outbox stores it once)
-    twin = stage.release_notification(
+    twin = stage.releases.notification(
         "flux-system/a",
         ("GitRepository", "flux-system", "repo"),
         release.event,
