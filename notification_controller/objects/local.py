@@ -288,7 +288,9 @@ def load_directory(
             seen[key] = f"{rel}:{where.line('metadata.name')}"
             result.objects.append(obj)
             if isinstance(obj, Silence):
-                result.silence_files[(key[1], key[2])] = (path, len(docs))
+                # documents of the file: empty ones do not count, unparsable ones do (they are the user's)
+                documents = sum(1 for d in docs if d is None or d.value is not None)
+                result.silence_files[(key[1], key[2])] = (path, documents)
             if implicit:
                 result.implicit_generation.add(key)
     return result

@@ -367,3 +367,25 @@ async def test_the_informer_finds_the_crd_when_it_is_installed_later(bare_kube: 
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         await client.close()
+
+
+async def test_without_rbac_on_silences_the_informer_says_so_once_and_counts_as_synced(
+    installed: KubeTestServer, namespace: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An install whose ClusterRole predates Silences (403): a warning once, synced empty, asked again."""
+    kubeconfig = installed.create_service_account_kubeconfig(namespace, "no-silences")
+    client = await KubeClient.connect(str(kubeconfig))
+    store = ObjectStore()
+    informer = Informer(client, store, SILENCES, namespace=namespace, optional=True, discovery_interval=0.2)
+    task = asyncio.create_task(informer.run())
+    try:
+        with caplog.at_level("INFO", logger="notification_controller.kube.informer"):
+            await asyncio.wait_for(informer.synced.wait(), 30)
+            await asyncio.sleep(1.0)  # several more looks (every 0.2 s)
+        said = [r for r in caplog.records if "does not grant list/watch" in r.getMessage()]
+        assert len(said) == 1 and said[0].levelname == "WARNING", [r.getMessage() for r in said]
+        assert served(informer) is False and store.silences() == []
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await client.close()

@@ -10,6 +10,8 @@ import asyncio
 import io
 import json
 import logging
+import subprocess
+import sys
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -23,8 +25,10 @@ from notification_controller.app import App
 from notification_controller.core import conditions as cond
 from notification_controller.objects.local import SILENCE_CLI_ANNOTATION, LocalManifests
 from notification_controller.settings import SilenceSettings
+from notification_controller.silences import CREATED_BY_CLI
 from tests.integration.appkit import post_event, running_app, write
 
+SCRIPT = Path(sys.executable).parent / "notification-controller"
 DEADLINE = 30.0  # generous: a loaded 2-core machine polls late, never wrong
 
 
@@ -164,3 +168,35 @@ async def test_invalid_silence_documents_are_reported_with_file_line_and_field(t
         # fixed in place: the next poll loads it
         write(tmp_path, "no-start.yaml", silence_doc("nostart", now, now + timedelta(hours=1)))
         assert await until(lambda: state(app, "nostart") is SilenceState.ACTIVE, "the fixed file loads")
+
+
+async def test_a_file_the_silence_cli_wrote_goes_after_retention_and_a_shared_file_stays(
+    tmp_path: Path,
+) -> None:
+    """The installed ``silence add`` (H-cli's command, as a user runs it) writes the file; the controller
+    removes it once the Silence has been expired for ``--silence-retention``. The same annotation on a
+    Silence of a file that holds other documents too does not make that file removable."""
+    assert CREATED_BY_CLI == SILENCE_CLI_ANNOTATION  # the command and the loader agree on the mark
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [
+            *(str(SCRIPT), "silence", "add", "--manifests", str(tmp_path), "-n", "apps"),
+            *("--match", "kind=Kustomization", "--for", "2s", "--comment", "quick fix"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    (written,) = tmp_path.glob("silence-*.yaml")
+    now = datetime.now(UTC)
+    shared = silence_doc("shared", now - timedelta(hours=2), now - timedelta(hours=1), cli=True)
+    other = "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes, namespace: apps}\n"
+    shared_file = write(tmp_path, "shared.yaml", shared + other)
+    async with running_app(tmp_path, silences=SilenceSettings(retention=1.0)) as app:
+        name = written.stem
+        assert await until(lambda: state(app, name) is not None, "the CLI's Silence loaded")
+        await until(lambda: not written.exists(), "the CLI's file removed after expiry + retention")
+        await until(lambda: app.store.silence("apps", name) is None, "and gone from the cache")
+        assert shared_file.exists() and state(app, "shared") is SilenceState.EXPIRED
