@@ -38,6 +38,11 @@ MAX_HELD_OBJECTS = 50
 """Objects listed per record (the notifications of further objects are counted, not listed)."""
 MAX_MESSAGE = 200
 """Characters of an object's last message kept (first line only)."""
+MAX_NAME = 320
+"""Characters of an object's name kept (``kind/name.namespace`` of a Kubernetes object is at most ~320; an
+unauthenticated event may say anything)."""
+MAX_FIELD = 253
+"""Characters kept of each field of the event a record keeps (a Kubernetes name is at most 253)."""
 HELD_GRACE = 3 * 24 * 3600.0
 """How long a record outlives the end of its quiet: the summary goes out at the end, or at the next start of a
 controller that was down then (``summary.py``); after that the record expires."""
@@ -53,6 +58,10 @@ T = TypeVar("T")
 def _sample(message: str) -> str:
     line = message.split("\n", 1)[0]
     return line if len(line) <= MAX_MESSAGE else line[: MAX_MESSAGE - 1] + "…"
+
+
+def _cut(text: str, length: int) -> str:
+    return text if len(text) <= length else text[: length - 1] + "…"
 
 
 def _dumps(value: Any) -> bytes:
@@ -88,14 +97,15 @@ class Held:
     claimed: bool = False  # the summary was sent (or is being sent) by some replica
 
     def add(self, event: Event) -> Held:
-        name = describe_object(event)
+        name = _cut(describe_object(event), MAX_NAME)
+        severity = _cut(event.severity, 32)
         objects = list(self.objects)
         for i, obj in enumerate(objects):
             if obj.name == name:
-                objects[i] = HeldObject(name, obj.count + 1, event.severity, _sample(event.message))
+                objects[i] = HeldObject(name, obj.count + 1, severity, _sample(event.message))
                 return replace(self, count=self.count + 1, objects=tuple(objects))
         if len(objects) < MAX_HELD_OBJECTS:
-            objects.append(HeldObject(name, 1, event.severity, _sample(event.message)))
+            objects.append(HeldObject(name, 1, severity, _sample(event.message)))
             return replace(self, count=self.count + 1, objects=tuple(objects))
         return replace(
             self,
@@ -171,8 +181,21 @@ async def held_total(store: Store, silence: Silence) -> int:
 
 
 def summary_event(event: Event) -> bytes:
-    """The held event as the summary keeps it: no metadata (unbounded, and per event), message cut."""
-    return event.model_copy(update={"metadata": {}, "message": _sample(event.message)}).to_go_json()
+    """The held event as the summary keeps it: no metadata (unbounded, and per event), every field cut."""
+    obj = event.involved_object
+    involved = obj.model_copy(
+        update={name: _cut(getattr(obj, name), MAX_FIELD) for name in type(obj).model_fields}
+    )
+    update = {
+        "involved_object": involved,
+        "metadata": {},
+        "message": _sample(event.message),
+        "reason": _cut(event.reason, MAX_FIELD),
+        "severity": _cut(event.severity, MAX_FIELD),
+        "reporting_controller": _cut(event.reporting_controller, MAX_FIELD),
+        "reporting_instance": _cut(event.reporting_instance, MAX_FIELD),
+    }
+    return event.model_copy(update=update).to_go_json()
 
 
 class HeldStore:
@@ -218,16 +241,20 @@ class HeldStore:
 
         held = await self._update(held_key(alert_id, source), step, ttl)
         if total_key is not None:
-
-            def count(data: bytes | None) -> tuple[bytes | None, int]:
-                try:
-                    total = int(data or b"0") + 1
-                except ValueError:
-                    total = 1
-                return str(total).encode("ascii"), total
-
-            await self._update(total_key, count, ttl)
+            await self.count(total_key, ttl)
         return held
+
+    async def count(self, total_key: str, ttl: float) -> int:
+        """Add one to a Silence's total (``status.held``). Raises ``StoreError``."""
+
+        def step(data: bytes | None) -> tuple[bytes | None, int]:
+            try:
+                total = int(data or b"0") + 1
+            except ValueError:
+                total = 1
+            return str(total).encode("ascii"), total
+
+        return await self._update(total_key, step, ttl)
 
     async def read(self, alert_id: str, source: str) -> Held | None:
         entry = await self.state.kv_get(held_key(alert_id, source))

@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry
 from ...api.alert import Alert
 from ...errors import StoreError
 from ...lib.clock import Clock
+from ...lib.deadlines import Deadlines
 from ...metrics import NoiseMetrics
 from ...objects.base import ObjectStore
 from ...store.base import Store
@@ -29,6 +30,11 @@ WARN_INTERVAL = 300.0
 """At most one Warning per Alert this often when a bound lets a notification through unchecked."""
 STATUS_INTERVAL = 10.0
 """At most one status refresh per Alert this often while notifications are held (a flood writes no more)."""
+MAX_RECORDS_PER_ALERT = 64
+"""Silences (and the window) whose holds this process records for one Alert at once: a tenant writes the
+Silences and an unauthenticated client the events, so records (each up to ~30 KB) are bounded per Alert too.
+Past it, a notification a further Silence matches is still held, counted in its total, but not summarised
+(``notification_noise_untracked_total{stage="silence",reason="record_limit"}``, a Warning)."""
 _MAX_REMEMBERED = 10_000
 """Alerts whose last Warning / status refresh this process remembers (then it forgets them all)."""
 
@@ -64,6 +70,21 @@ class QuietState:
         self.store_errors = 0
         self._warned: dict[str, float] = {}
         self._status_at: dict[str, float] = {}
+        self._records: dict[str, Deadlines] = {}  # alert id -> the records written here, with their expiry
+
+    def room(self, alert: Alert, source: str, until: float) -> bool:
+        """Whether a record of ``source`` for ``alert`` is tracked already or fits under
+        ``MAX_RECORDS_PER_ALERT`` (then it is tracked until ``until``)."""
+        key = alert_id(alert)
+        records = self._records.get(key)
+        if records is None:
+            records = self._records[key] = Deadlines()
+        if source not in records and len(records) >= MAX_RECORDS_PER_ALERT:
+            records.expired(self.now())
+            if len(records) >= MAX_RECORDS_PER_ALERT:
+                return False
+        records.set(source, until)
+        return True
 
     def now(self) -> float:
         return self.clock.now().timestamp()

@@ -36,8 +36,8 @@ from ...core.quiet import EventFields, Predicate, compiled
 from ...errors import StoreError
 from ...objects.base import Change
 from ..model import Draft, Drop
-from .held import silence_total_key
-from .shared import QuietState, alert_id
+from .held import HELD_GRACE, silence_total_key
+from .shared import MAX_RECORDS_PER_ALERT, QuietState, alert_id
 
 log = logging.getLogger(__package__)
 
@@ -230,22 +230,33 @@ class Silences:
 
     async def _hold(self, draft: Draft, silence: Compiled) -> Draft | Drop:
         now = self.core.now()
+        alert = draft.alert
+        recorded = self.core.room(alert, silence.uid, silence.ends + HELD_GRACE)
         try:
-            await self.core.held.record(
-                alert_id(draft.alert),
-                silence.uid,
-                silence.label,
-                silence.ends,
-                draft.event,
-                now,
-                total_key=silence.total_key,
-            )
+            if recorded:
+                await self.core.held.record(
+                    alert_id(alert),
+                    silence.uid,
+                    silence.label,
+                    silence.ends,
+                    draft.event,
+                    now,
+                    total_key=silence.total_key,
+                )
+            else:
+                await self.core.held.count(silence.total_key, max(silence.ends - now, 0.0) + HELD_GRACE)
         except StoreError as exc:
             self.core.store_failed("silence", exc)
             return draft
-        self.core.held_for(draft.alert)
-        return Drop(
-            Suppressed.SILENCED,
-            f"{draft.event.involved_object.describe()}: {silence.describe()}",
-            suppressed=True,
-        )
+        why = f"{draft.event.involved_object.describe()}: {silence.describe()}"
+        if not recorded:
+            self.core.limited(
+                alert,
+                "silence",
+                "record_limit",
+                f"more than {MAX_RECORDS_PER_ALERT} Silences hold notifications of this Alert: what the others "
+                "hold is counted but not summarised",
+            )
+            why += " (not summarised: too many Silences hold this Alert)"
+        self.core.held_for(alert)
+        return Drop(Suppressed.SILENCED, why, suppressed=True)

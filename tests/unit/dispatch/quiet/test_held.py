@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+from notification_controller.api.event import Event
 from notification_controller.dispatch.quiet.held import (
     MAX_HELD_OBJECTS,
     MAX_MESSAGE,
@@ -55,6 +56,30 @@ async def test_a_record_is_bounded_whatever_the_flood() -> None:
     assert record.count == MAX_HELD_OBJECTS + 30
     assert len(record.objects) == MAX_HELD_OBJECTS and record.more == 30 and record.more_failing
     assert all(len(o.message) <= MAX_MESSAGE for o in record.objects)
+
+
+async def test_hostile_names_and_fields_are_cut_in_the_record() -> None:
+    store = MemoryStore(clock=ManualClock())
+    held = HeldStore(store)
+    huge = Event.from_raw(
+        {
+            "involvedObject": {"kind": "K" * 100_000, "namespace": "n" * 100_000, "name": "x" * 100_000},
+            "severity": "s" * 100_000,
+            "reason": "r" * 100_000,
+            "message": "m" * 100_000,
+            "reportingController": "c" * 100_000,
+        }
+    )
+    for i in range(MAX_HELD_OBJECTS + 5):
+        other = huge.model_copy(
+            update={
+                "involved_object": huge.involved_object.model_copy(update={"name": f"{i}" + "x" * 100_000})
+            }
+        )
+        await held.record("apps/a", "mute", "spec.muteTimes", 9e9, other, 0.0)
+    entry = await store.kv_get(held_key("apps/a", "mute"))
+    assert entry is not None
+    assert len(entry.value) < 40_000
 
 
 async def test_one_claim_per_record_then_a_new_quiet_starts_a_new_record() -> None:

@@ -18,6 +18,7 @@ from notification_controller.api.silence import Silence
 from notification_controller.core.noise import Suppressed
 from notification_controller.dispatch.model import Draft, Drop, Notification
 from notification_controller.dispatch.quiet import Quiet, held_total
+from notification_controller.dispatch.quiet.shared import MAX_RECORDS_PER_ALERT
 from notification_controller.dispatch.quiet.silences import MAX_EVALUATED
 from notification_controller.dispatch.quiet.summary import HELD, STILL_FAILING
 from notification_controller.lib.clock import ManualClock
@@ -291,6 +292,21 @@ async def test_past_the_bound_the_rest_are_not_evaluated_counted_and_warned_once
         "notification_noise_untracked_total", {"stage": "silence", "reason": "silence_limit"}
     )
     assert value == 2
+
+
+async def test_past_the_record_cap_per_alert_holds_counts_but_does_not_summarise(rig: Rig) -> None:
+    held: Draft | Drop = Draft(event(), rig.alert)
+    for i in range(MAX_RECORDS_PER_ALERT + 1):  # Silences made one after the other, each ending later
+        ends = f"2026-01-{(i // 20) + 2:02}T{i % 20:02}:00:00Z"
+        rig.objects.upsert(silence(f"s{i:03}", f"name=o{i}", ends=ends))
+        held = await rig.run(event(f"o{i}"))
+        assert isinstance(held, Drop) and held.reason == Suppressed.SILENCED
+    assert isinstance(held, Drop) and "not summarised" in held.message
+    assert [r for r, _ in rig.warnings] == ["QuietLimitReached"]
+    last = rig.objects.silence(NS, f"s{MAX_RECORDS_PER_ALERT:03}")
+    assert last is not None and await held_total(rig.state, last) == 1
+    labels = {"stage": "silence", "reason": "record_limit"}
+    assert rig.registry.get_sample_value("notification_noise_untracked_total", labels) == 1
 
 
 async def test_a_namespace_without_silences_costs_a_lookup(rig: Rig) -> None:
