@@ -272,9 +272,10 @@ class AlertReconciler(Reconciler[Alert]):
             return DONE
         try:
             held = await self.held(obj)
-        except StoreError as exc:
+        except StoreError as exc:  # the condition stays as it was; looked at again while it says something
             log.debug("alert %s: held notifications unknown: %s", self.describe(obj), exc)
-            return Result(requeue_after=HELD_REFRESH)
+            shown = cond.find(obj.status.conditions, HELD) is not None
+            return Result(requeue_after=HELD_REFRESH) if shown else DONE
         if held is None:
             draft.conditions.delete(HELD)
             return DONE

@@ -968,6 +968,41 @@ async def test_alert_with_a_suspended_provider_is_ready() -> None:
     assert ready(h.get_alert()).status == ConditionStatus.TRUE
 
 
+async def test_alert_held_condition_follows_what_is_held_and_survives_a_store_outage() -> None:
+    """Issue 26: ``Held`` (Silenced|Muted) says what a Silence or the mute window holds; refreshed every minute
+    while shown; a store error keeps what it said (no requeue storm for Alerts that show nothing)."""
+    from notification_controller.controllers.alert import HELD, HELD_REFRESH
+    from notification_controller.errors import StoreError
+
+    answer: list[tuple[str, str] | StoreError | None] = [None]
+
+    async def held(obj: Alert) -> tuple[str, str] | None:
+        value = answer[0]
+        if isinstance(value, StoreError):
+            raise value
+        return value
+
+    h = Harness()
+    h.alerts.held = held
+    h.add(provider(), alert())
+    await h.settle("Provider", "webhook")
+    assert (await h.alerts.reconcile((NS, "on-call"))).requeue_after is None
+    assert cond.find(h.get_alert().status.conditions, HELD) is None
+    answer[0] = StoreError("down")
+    assert (await h.alerts.reconcile((NS, "on-call"))).requeue_after is None  # nothing shown: no requeue
+    answer[0] = ("Silenced", "2 notifications held by Silence flux-system/maint until 2026-01-01T02:00:00Z")
+    assert (await h.alerts.reconcile((NS, "on-call"))).requeue_after == HELD_REFRESH
+    shown = cond.find(h.get_alert().status.conditions, HELD)
+    assert shown is not None and (shown.status, shown.reason) == (ConditionStatus.TRUE, "Silenced")
+    assert ready(h.get_alert()).status == ConditionStatus.TRUE
+    answer[0] = StoreError("down")
+    assert (await h.alerts.reconcile((NS, "on-call"))).requeue_after == HELD_REFRESH  # kept, looked at again
+    assert cond.find(h.get_alert().status.conditions, HELD) is not None
+    answer[0] = None
+    await h.alerts.reconcile((NS, "on-call"))
+    assert cond.find(h.get_alert().status.conditions, HELD) is None
+
+
 async def test_cross_namespace_sources_are_denied_only_with_the_flag() -> None:
     sources = [
         {"kind": "Kustomization", "name": "*"},
