@@ -38,7 +38,7 @@ from ...lib.deadlines import Deadlines
 from ...objects.base import Change
 from ...providers.message import Message
 from ..model import Notification, Ref
-from .held import MUTE, Held, held_key
+from .held import HELD_GRACE, MUTE, Held, held_key
 from .shared import QuietState, alert_id
 from .windows import Span
 
@@ -184,8 +184,8 @@ class Summaries:
             ):
                 # first seen (a start: ends that passed while down are due at once) or its window changed
                 window = new.window()
-                if window is not None:
-                    self._silence_at(SilenceEnd.of(new), window[1].timestamp())
+                if window is not None and window[1].timestamp() > self.core.now() - HELD_GRACE:
+                    self._silence_at(SilenceEnd.of(new), window[1].timestamp())  # (older: records expired)
         elif change.kind == "Alert" and isinstance(change.obj, Alert):
             spec = change.obj.spec
             if (spec.mute_times or spec.active_times) and (

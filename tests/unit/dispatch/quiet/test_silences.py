@@ -282,6 +282,12 @@ async def test_a_restart_on_the_same_store_summarises_what_ended_while_down(rig:
     assert sent[0].event.metadata[HELD] == "1"
 
 
+async def test_a_start_does_not_look_at_silences_whose_records_expired_long_ago(rig: Rig) -> None:
+    rig.clock.advance(30 * 86400)
+    rig.objects.upsert(silence("ancient"))  # ended a month ago: nothing can be left to summarise
+    assert not rig.quiet.summaries._due.at
+
+
 async def test_past_the_bound_the_rest_are_not_evaluated_counted_and_warned_once(rig: Rig) -> None:
     for i in range(MAX_EVALUATED + 10):
         rig.objects.upsert(silence(f"s{i:04}", "name=nothing", ends=f"2026-01-01T{(i % 20) + 1:02}:00:00Z"))
