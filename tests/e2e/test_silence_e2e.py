@@ -28,9 +28,11 @@ from typing import Any
 import pytest
 
 from notification_controller.api.silence import SILENCE_API_VERSION
+from notification_controller.errors import KubeError
 from notification_controller.kube.client import KubeClient
+from notification_controller.kube.cluster import KubeCluster
 from notification_controller.kube.informer import SILENCES, Backoff, Informer
-from notification_controller.objects.base import ObjectStore
+from notification_controller.objects.base import ObjectRef, ObjectStore
 from tests.e2e.apiserver import KubeTestServer, ensure_apiserver_binary
 from tests.e2e.controllerkit import (
     NS,
@@ -388,4 +390,30 @@ async def test_without_rbac_on_silences_the_informer_says_so_once_and_counts_as_
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+        await client.close()
+
+
+async def test_delete_carries_the_uid_as_a_precondition(installed: KubeTestServer, namespace: str) -> None:
+    """Retention never deletes a newer Silence of the same name: the API server refuses another uid (409)."""
+    apply(installed, silence_manifest(namespace, "old", duration="1h"))
+    found = get(installed, SILENCE, namespace, "old")
+    assert found is not None
+    client = await KubeClient.connect(str(installed.kubeconfig))
+    try:
+        cluster = KubeCluster(client)
+        stale = ObjectRef(
+            SILENCE_API_VERSION, "Silence", namespace, "old", "00000000-0000-0000-0000-000000000000"
+        )
+        with pytest.raises(KubeError) as refused:
+            await cluster.delete(stale)
+        assert refused.value.conflict, refused.value
+        assert get(installed, SILENCE, namespace, "old") is not None
+        await cluster.delete(
+            ObjectRef(SILENCE_API_VERSION, "Silence", namespace, "old", found["metadata"]["uid"])
+        )
+        assert get(installed, SILENCE, namespace, "old") is None
+        with pytest.raises(KubeError) as gone:
+            await cluster.delete(stale)
+        assert gone.value.not_found
+    finally:
         await client.close()
