@@ -375,7 +375,7 @@ async def test_dashboard_and_alerts_query_only_metrics_the_controller_exports(tm
         assert sample(app, "workqueue_longest_running_processor_seconds", **queue) == 0
         depth = [dict(re.findall(r'(\w+)="([^"]*)"', labels)) for labels, _ in samples["workqueue_depth"]]
         assert sorted(depth, key=str) == [
-            {"controller": k, "name": k, "priority": ""} for k in ("alert", "provider", "receiver")
+            {"controller": k, "name": k, "priority": ""} for k in ("alert", "provider", "receiver", "silence")
         ]
         assert sample(app, "process_resident_memory_bytes") > 0
         assert sample(app, "process_start_time_seconds") > 0
