@@ -218,7 +218,9 @@ def load_directory(
     if not root.exists():
         result.errors.append(ManifestError("manifests path does not exist", source=str(root)))
         return result
-    seen: dict[tuple[str, str, str], str] = {}
+    # where each object was first defined: its line is worked out only for a duplicate (composing a
+    # document to find a line costs its whole text, and a ``kind: List`` is one text: quadratic per item)
+    seen: dict[tuple[str, str, str], tuple[str, _Document]] = {}
     base = root.parent if root.is_file() else root
     tags = yamldoc.Tags()  # scalar tags resolved while this load lasts
     for path in manifest_files(root):
@@ -277,7 +279,8 @@ def load_directory(
             if key in seen:
                 result.errors.append(
                     ManifestError(
-                        f"duplicate {key[0]} {key[1]}/{key[2]} (first defined in {seen[key]}); skipped",
+                        f"duplicate {key[0]} {key[1]}/{key[2]} (first defined in {_defined_at(*seen[key])}); "
+                        "skipped",
                         source=rel,
                         index=index,
                         field="metadata.name",
@@ -285,7 +288,7 @@ def load_directory(
                     )
                 )
                 continue
-            seen[key] = f"{rel}:{where.line('metadata.name')}"
+            seen[key] = (rel, where)
             result.objects.append(obj)
             if isinstance(obj, Silence):
                 # documents of the file: empty ones do not count, unparsable ones do (they are the user's)
@@ -294,6 +297,10 @@ def load_directory(
             if implicit:
                 result.implicit_generation.add(key)
     return result
+
+
+def _defined_at(rel: str, where: _Document) -> str:
+    return f"{rel}:{where.line('metadata.name')}"
 
 
 def _local_silence_error(silence: Silence) -> tuple[str, str] | None:
