@@ -106,6 +106,12 @@ async def test_at_must_be_a_time_with_a_zone(tmp_path: Path) -> None:
     (tmp_path / "m" / "objects.yaml").write_text(MANIFESTS, encoding="utf-8")
     (tmp_path / "event.json").write_text(json.dumps(EVENT), encoding="utf-8")
     code, _, err = await cli(
-        "explain", "--event", str(tmp_path / "event.json"), "--manifests", str(tmp_path / "m"), "--at", "10:00"
+        "explain",
+        "--event",
+        str(tmp_path / "event.json"),
+        "--manifests",
+        str(tmp_path / "m"),
+        "--at",
+        "10:00",
     )
     assert code == 2 and "--at" in err and "Traceback" not in err
