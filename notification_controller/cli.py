@@ -151,7 +151,10 @@ def check(settings: Settings) -> None:
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("notification_controller.cli:run_main", "run the controller (the default: flags only)"),
-    "get": ("notification_controller.get:main", "show Alerts, Providers, Receivers or Silences and their status"),
+    "get": (
+        "notification_controller.get:main",
+        "show Alerts, Providers, Receivers or Silences and their status",
+    ),
     "explain": (
         "notification_controller.explain:explain_main",
         "say, for every Alert, whether an event matches it and what its Provider would receive",
