@@ -112,7 +112,7 @@ def build(
         clock,
         warn=report.warn,
         metrics=noise[1] if noise is not None else None,
-        cluster_namespace=getattr(getattr(s, "silences", None), "cluster_namespace", ""),
+        cluster_namespace=s.silences.cluster_namespace,
     )
     inhibition = None
     if noise is not None:  # inhibition keeps its state in the same store as noise control
