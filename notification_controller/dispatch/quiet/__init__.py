@@ -10,6 +10,12 @@ and summarised once when the Silence or the window ends (``summary.py``, one tas
 control's group flusher). An Alert without a Silence in its namespace and without the time fields costs a
 dict lookup and two attribute checks.
 
+The package's other stages, built by ``builder.py`` beside these: inhibition (``inhibit.py``, a third
+pre-queue stage; ``observe.py`` notes failing sources from every event, ``failing.py`` keeps them,
+``release.py`` names the held dependents when a source recovers) and ``inplace.py`` (``resolveInPlace``: a
+pre-send stage that turns a recovery into an edit of the failure's chat message, a post-send one that keeps
+the message id).
+
 State follows the store (``--store``): in this process with ``memory``, across restarts with ``sqlite:``,
 across replicas with ``nats://`` (compare-and-set writes, a summary claimed by one replica). Silences and the
 time fields are objects: the API server or the manifests are their truth.
