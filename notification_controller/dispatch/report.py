@@ -31,6 +31,7 @@ from ..logsetup import fields, mark_event_logged, object_fields
 from ..metrics import EventMetrics
 from ..objects.base import ObjectRef
 from .model import Drop, EventSink, Notification
+from .providerhealth import ProviderHealth
 
 log = logging.getLogger("notification_controller.dispatch.dispatcher")  # Flux's logger name for these lines
 
@@ -89,6 +90,7 @@ class Reporter:
         self.redactor = redactor
         self._types: dict[str, TypeMetrics] = {}  # children are never removed: safe to keep
         self.series = ProviderSeries()  # delivered, failed, dead letters: per Provider, removed with it
+        self.health = ProviderHealth()  # last success / failure per Provider (the UI's overview)
         self._tasks: set[asyncio.Task[None]] = set()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -100,6 +102,7 @@ class Reporter:
         return children
 
     def delivered(self, notification: Notification) -> None:
+        self.health.success(notification.provider.key)
         self.series.inc(
             self.metrics.delivered,
             notification.provider.key,
@@ -114,6 +117,7 @@ class Reporter:
     def forget_provider(self, namespace: str, name: str) -> None:
         """The Provider was deleted: its ``provider``-labelled series go with it."""
         self.series.forget(f"{namespace}/{name}")
+        self.health.forget(f"{namespace}/{name}")
 
     def dropped(self, reason: str, ptype: str = "", n: int = 1) -> None:
         self.metrics.dropped.labels(provider_type=ptype, reason=reason).inc(n)
@@ -150,6 +154,7 @@ class Reporter:
         for secret in masks:
             error = mask_token(error, secret)
         error = self.redactor(error)
+        self.health.failure(provider, error)
         obj = notification.event.involved_object
         message = f"failed to send notification for {obj.describe()}: {error}"
         meta = alert.metadata
