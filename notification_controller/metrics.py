@@ -6,7 +6,7 @@ does not measure: deliveries by provider type and outcome, drops (never silent),
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Counter
 
 from .lib.buildinfo import python_version, version
 from .lib.promdefs import DEFAULT_BUCKETS, counter, gauge, histogram, http_server_metrics
@@ -221,3 +221,29 @@ class InhibitMetrics:
             "release_limit: a bound was reached; store_error).",
             ["reason"],
         )
+
+
+class HistoryMetrics:
+    """The history of decisions (docs/history.md): what was recorded, what the recorder had to drop."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.records = counter(
+            registry,
+            "notification_history_records_total",
+            "Decisions recorded in the history, by outcome (delivered, retrying, failed, dead_lettered, "
+            "suppressed, dropped, unmatched, duplicate, refused).",
+            ["outcome"],
+        )
+        self.dropped = counter(
+            registry,
+            "notification_history_dropped_total",
+            "Decisions not recorded because the recorder's buffer was full or the history store failed.",
+        )
+        self._by_outcome: dict[str, Counter] = {}
+
+    def recorded(self, outcome: str) -> None:
+        """``records{outcome}`` + 1 (children resolved once: ``labels()`` costs more than ``inc()``)."""
+        child = self._by_outcome.get(outcome)
+        if child is None:
+            child = self._by_outcome[outcome] = self.records.labels(outcome=outcome)
+        child.inc()

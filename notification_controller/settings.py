@@ -411,6 +411,36 @@ class SilenceSettings:
 
 
 @dataclass(frozen=True)
+class HistorySettings:
+    """The history of decisions (issue 27, docs/history.md): kept in memory, or next to the ``--store``."""
+
+    enabled: bool = opt(
+        True,
+        "--history",
+        "record every decision of the pipeline (delivered, suppressed, dropped, failed...) for the history "
+        "command and the UI",
+        kind="bool",
+    )
+    max_records: int = opt(
+        10_000, "--history-max-records", "memory store: decisions kept (the oldest go first)", kind="int"
+    )
+    max_age: float = opt(
+        7 * 24 * 3600.0,
+        "--history-max-age",
+        "durable stores: how long a decision is kept",
+        kind="duration",
+        show_default="168h",
+    )
+    max_bytes: int = opt(
+        64 << 20,
+        "--history-max-bytes",
+        "durable stores: size of the history beyond which the oldest decisions are deleted",
+        kind="int",
+        show_default="67108864 (64 MiB)",
+    )
+
+
+@dataclass(frozen=True)
 class Settings:
     server: ServerSettings = field(default_factory=ServerSettings)
     events: EventSettings = field(default_factory=EventSettings)
@@ -422,6 +452,7 @@ class Settings:
     store: StoreSettings = field(default_factory=StoreSettings)
     noise: NoiseControlSettings = field(default_factory=NoiseControlSettings)
     silences: SilenceSettings = field(default_factory=SilenceSettings)
+    history: HistorySettings = field(default_factory=HistorySettings)
     sandbox: SandboxSettings = field(default_factory=SandboxSettings)
     feature_gates: dict[str, bool] = opt(
         dict,

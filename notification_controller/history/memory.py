@@ -1,0 +1,54 @@
+"""The history with ``--store=memory``: a ring of the last ``--history-max-records`` decisions in this process.
+
+Like the memory store itself (Flux's at-most-once), the history goes with the process. ``record`` appends
+to a ``deque`` with a ``maxlen`` (O(1), the oldest record goes), so there is no buffer to fill and nothing
+is ever dropped for lack of room; ``query`` walks the ring newest first and stops at the limit, which is
+at most ``--history-max-records`` comparisons (10,000 by default: well under a millisecond).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import AsyncIterator
+
+from ..metrics import HistoryMetrics
+from .live import Fanout
+from .model import Query, Record
+
+
+class MemoryHistory:
+    def __init__(self, max_records: int = 10_000, metrics: HistoryMetrics | None = None) -> None:
+        if max_records < 1:
+            raise ValueError("--history-max-records: must be at least 1")
+        self._ring: deque[Record] = deque(maxlen=max_records)
+        self._live = Fanout()
+        self._metrics = metrics
+
+    async def start(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        self._live.close()
+
+    def __len__(self) -> int:
+        return len(self._ring)
+
+    def record(self, r: Record, /) -> None:
+        self._ring.append(r)
+        if self._metrics is not None:
+            self._metrics.recorded(r.outcome)
+        if self._live:
+            self._live.publish(r)
+
+    async def query(self, q: Query, /) -> list[Record]:
+        out: list[Record] = []
+        limit = q.bounded_limit
+        for r in reversed(self._ring):
+            if q.matches(r):
+                out.append(r)
+                if len(out) >= limit:
+                    break
+        return out
+
+    def subscribe(self) -> AsyncIterator[Record]:
+        return self._live.subscribe()
