@@ -336,6 +336,8 @@ class App:
         self.ports["events"] = await self._event_server.start(host, port)
         log.info("events server listening on %s", f"{host or '0.0.0.0'}:{self.ports['events']}")
         await self._serve("receiver", self._receiver_app(), s.server.receiver_addr)
+        if s.ui.addr:  # the web UI (docs/ui.md): off unless --ui-addr
+            await self._serve("ui", self._ui_app(), s.ui.addr)
         self._serving = True
         self._tasks.extend(self._controllers())
         flushed = asyncio.create_task(self.noise.run(self.dispatcher.enqueue), name="noise-groups")
@@ -347,6 +349,31 @@ class App:
             self._tasks.append(released)
         summaries = asyncio.create_task(self.quiet.run(self.dispatcher.enqueue), name="quiet-summaries")
         self._tasks.append(summaries)
+
+    def _ui_app(self) -> web.Application:
+        # imported here: Jinja2's templates and the pages are loaded only when the UI is on
+        from .server.health import status_rows
+        from .server.ui import create_ui_app
+        from .server.ui.context import UIContext
+
+        s, outbox = self.settings, self.outbox
+
+        def breaker(lane: str) -> str | None:
+            found = outbox.runner.breaker(lane) if outbox is not None else None
+            return found.state.value if found is not None else None
+
+        context = UIContext(
+            history=getattr(self, "history", None),
+            objects=self.store,
+            status=lambda: status_rows(self._status_objects()),
+            store=self.state,
+            health=self.pipeline.report.health,
+            breaker=breaker,
+            settings=s,
+            clock=self.clock,
+            allowed_hosts=tuple(h.strip() for h in s.ui.allowed_hosts.split(",") if h.strip()),
+        )
+        return create_ui_app(context)
 
     def _receiver_app(self) -> web.Application:
         # imported here: the receiver server pulls in PyJWT (OIDC), which the event path never needs
@@ -385,9 +412,10 @@ class App:
         if self._event_server is not None:
             await self._event_server.stop(grace=5.0)
             self._event_server = None
-        runner = self._runners.pop("receiver", None)
-        if runner is not None:
-            await runner.cleanup()
+        for name in ("receiver", "ui"):  # the UI's live streams end here, not after the drain
+            runner = self._runners.pop(name, None)
+            if runner is not None:
+                await runner.cleanup()
         # the durable outbox keeps what is in flight: its lease runs out, it is sent again later
         abandoned = await self.dispatcher.shutdown(self.settings.server.shutdown_grace)
         await self.controllers.stop(deadline=5.0)

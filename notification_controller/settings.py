@@ -441,6 +441,30 @@ class HistorySettings:
 
 
 @dataclass(frozen=True)
+class UISettings:
+    """The web UI (issue 27, docs/ui.md): its own listener, off unless ``--ui-addr`` is given."""
+
+    addr: str = opt(
+        "",
+        "--ui-addr",
+        "web UI and its read-only JSON API (/api/) address, e.g. 127.0.0.1:9494 (empty: no UI listener)",
+    )
+    actions_token_file: Path | None = opt(
+        None,
+        "--ui-actions-token-file",
+        "enable the UI's actions (replay a dead letter, expire a Silence) for whoever presents the token in "
+        "this file (a mounted Secret); without it the UI is read-only",
+        kind="path",
+    )
+    allowed_hosts: str = opt(
+        "",
+        "--ui-allowed-hosts",
+        "comma-separated host names the UI answers besides its own address, 127.0.0.1 and localhost "
+        "(a DNS-rebinding guard: requests naming any other Host get 403)",
+    )
+
+
+@dataclass(frozen=True)
 class Settings:
     server: ServerSettings = field(default_factory=ServerSettings)
     events: EventSettings = field(default_factory=EventSettings)
@@ -453,6 +477,7 @@ class Settings:
     noise: NoiseControlSettings = field(default_factory=NoiseControlSettings)
     silences: SilenceSettings = field(default_factory=SilenceSettings)
     history: HistorySettings = field(default_factory=HistorySettings)
+    ui: UISettings = field(default_factory=UISettings)
     sandbox: SandboxSettings = field(default_factory=SandboxSettings)
     feature_gates: dict[str, bool] = opt(
         dict,

@@ -73,6 +73,15 @@ def summarise(raw: Mapping[str, Any]) -> dict[str, Any]:
     return row
 
 
+def status_rows(objects: Iterable[Mapping[str, Any]], kind: str = "") -> list[dict[str, Any]]:
+    """The rows of ``/status`` (and of the web UI's overview), sorted, a Receiver's webhook path masked."""
+    rows = [summarise(raw) for raw in objects if not kind or raw.get("kind") == kind]
+    for row in rows:
+        row["message"] = _HOOK_PATH.sub("/hook/***", row["message"])
+    rows.sort(key=lambda row: (row["kind"], row["namespace"], row["name"]))
+    return rows
+
+
 def create_health_app(
     ready: Callable[[], bool],
     probe: Callable[[], Awaitable[None]] | None = None,
@@ -101,11 +110,7 @@ def create_health_app(
         if kind and kind not in STATUS_KINDS:
             return web.json_response({"error": f"kind must be one of {', '.join(STATUS_KINDS)}"}, status=400)
         assert objects is not None
-        rows = [summarise(raw) for raw in objects() if not kind or raw.get("kind") == kind]
-        for row in rows:
-            row["message"] = _HOOK_PATH.sub("/hook/***", row["message"])
-        rows.sort(key=lambda row: (row["kind"], row["namespace"], row["name"]))
-        return web.json_response({"items": rows})
+        return web.json_response({"items": status_rows(objects(), kind)})
 
     app = web.Application()
     app.router.add_get("/healthz", healthz)
