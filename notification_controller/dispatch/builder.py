@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..core.redact import Redactor
+from ..history.recorder import Recorder
 from ..lib.clock import Clock, SystemClock
 from ..metrics import EventMetrics, InhibitMetrics, NoiseMetrics
 from ..objects.base import Cluster, ObjectStore
@@ -89,6 +90,7 @@ def build(
     dry_run: tuple[Queue, Reporter] | None = None,  # explain: records, never delivers (dryrun.py)
     graph: GraphSource | None = None,  # Flux's sourceRef/dependsOn graph (inhibition; objects/graph.py)
     inhibit_metrics: InhibitMetrics | None = None,
+    history: Recorder | None = None,  # the history of decisions (history/; None: --history=false)
 ) -> Pipeline:
     """``template_errors``: the templates stage runs (its error counter); ``noise``: noise control runs
     over this state store; ``durable``: the outbox replaces the memory lanes. ``pre_queue``,
@@ -96,7 +98,7 @@ def build(
     s = settings or Settings()
     events, kube = s.events, s.kube
     clock = clock or SystemClock()
-    report = dry_run[1] if dry_run else Reporter(sink, metrics, redactor or Redactor())
+    report = dry_run[1] if dry_run else Reporter(sink, metrics, redactor or Redactor(), history)
     notifiers = NotifierCache(store)
     object_level = s.gate("ObjectLevelWorkloadIdentity")
     control = None

@@ -6,6 +6,11 @@ since it was queued; deleted or suspended ones stop it) and the Provider's cache
 (``notifiers.py``). ``deliver`` makes one attempt and says what it came to (``Result``): the memory lanes
 stop there (Flux: at most once), the durable outbox retries or dead-letters from it. It never raises
 except ``CancelledError``.
+
+With the history on (``Reporter.history``), each attempt is timed and the outbound path writes what was sent
+into an ``AttemptLog`` (``outbound.ATTEMPT_LOG``): the ``Result`` carries the latency, the provider's status
+code and the masked request summary, and whoever decides what the attempt came to records it — ``delivered``
+here, ``failed`` by ``send`` (the memory lanes give up), ``retrying``/``dead_lettered`` by the outbox.
 """
 
 from __future__ import annotations
@@ -17,8 +22,9 @@ from collections.abc import Sequence
 
 from ..api.alert import Alert
 from ..errors import ControllerError, DeliveryError, PermanentDeliveryError, RetryableDeliveryError
+from ..history.model import Outcome
 from ..objects.base import ObjectStore
-from ..outbound import IDEMPOTENCY_KEY, OutboundHTTP
+from ..outbound import ATTEMPT_LOG, IDEMPOTENCY_KEY, AttemptLog, OutboundHTTP
 from ..outbound.identity import WorkloadIdentity
 from ..outbound.tokens import TokenCache
 from ..providers.base import DeliveryContext
@@ -56,7 +62,7 @@ class Deliverer:
         self._contexts: dict[tuple[str, str], DeliveryContext] = {}  # per Alert: ``_context``
 
     def _dropped(self, delivery: Delivery, drop: Drop) -> None:
-        self.report.drop(drop, delivery.provider_type, delivery.alert)
+        self.report.drop(drop, delivery.provider_type, delivery.alert, notification=delivery.notification)
 
     def _failed(self, delivery: Delivery, stage: StageLike[Delivery], exc: Exception) -> None:
         log.error(
@@ -64,7 +70,12 @@ class Deliverer:
             name_of(stage),
             exc_info=(type(exc), exc, exc.__traceback__),
         )
-        self.report.dropped(DropReason.STAGE_ERROR, delivery.provider_type)
+        self.report.dropped(
+            DropReason.STAGE_ERROR,
+            delivery.provider_type,
+            notification=delivery.notification,
+            detail=f"pipeline stage {name_of(stage)} failed: {type(exc).__name__}",
+        )
 
     @staticmethod
     def _after_failed(delivery: Delivery, stage: StageLike[Delivery], exc: Exception) -> None:
@@ -73,7 +84,9 @@ class Deliverer:
     async def send(self, notification: Notification, queued_at: float) -> None:
         """The memory lanes' delivery: one attempt (Flux), its outcome counted."""
         try:
-            await self.deliver(notification)
+            result = await self.deliver(notification)
+            if result.outcome is DeliveryOutcome.RETRY or result.outcome is DeliveryOutcome.PERMANENT:
+                self.report.record(Outcome.FAILED, notification, result=result)  # no other attempt follows
         finally:
             self.report.of(notification.provider_type).duration.observe(time.monotonic() - queued_at)
 
@@ -103,7 +116,7 @@ class Deliverer:
         ptype = notification.provider_type
         resolved = self.resolve(notification)
         if isinstance(resolved, Drop):
-            self.report.drop(resolved, ptype)
+            self.report.drop(resolved, ptype, notification=notification)
             return GONE
         delivery = await self.pre_send.finish(resolved) if self.pre_send.stages else resolved
         if delivery is None:
@@ -123,23 +136,35 @@ class Deliverer:
                 templated=delivery.templated,
                 edit=delivery.edit,
             )
+        attempt = AttemptLog() if self.report.history is not None else None
+        started = time.perf_counter()
         try:
-            if idempotency_key:
-                token = IDEMPOTENCY_KEY.set(idempotency_key)
+            if idempotency_key or attempt is not None:
+                key = IDEMPOTENCY_KEY.set(idempotency_key) if idempotency_key else None
+                logged = ATTEMPT_LOG.set(attempt) if attempt is not None else None
                 try:
                     await delivery.notifier.post(delivery.event, ctx)
                 finally:
-                    IDEMPOTENCY_KEY.reset(token)
+                    if logged is not None:
+                        ATTEMPT_LOG.reset(logged)
+                    if key is not None:
+                        IDEMPOTENCY_KEY.reset(key)
             else:
                 await delivery.notifier.post(delivery.event, ctx)
         except DeliveryError as exc:
             error = self.report.failed(
                 notification, delivery.alert, str(exc), exc.reason, delivery.options.masks()
             )
-            if isinstance(exc, PermanentDeliveryError):
-                return Result(DeliveryOutcome.PERMANENT, error)
+            outcome = (
+                DeliveryOutcome.PERMANENT
+                if isinstance(exc, PermanentDeliveryError)
+                else DeliveryOutcome.RETRY
+            )
             retry_after = exc.retry_after if isinstance(exc, RetryableDeliveryError) else None
-            return Result(DeliveryOutcome.RETRY, error, retry_after)
+            if attempt is None:
+                return Result(outcome, error, retry_after)
+            status = exc.status if exc.status else attempt.status
+            return _attempted(outcome, error, retry_after, exc.reason, status, started, attempt)
         except Exception as exc:  # a notifier bug must not kill the lane
             error = self.report.failed(
                 notification, delivery.alert, f"internal error: {type(exc).__name__}", "internal"
@@ -147,8 +172,16 @@ class Deliverer:
             log.error(
                 "notifier %s raised %s", ptype, type(exc).__name__, exc_info=log.isEnabledFor(logging.DEBUG)
             )
-            return Result(DeliveryOutcome.RETRY, error)
-        self.report.delivered(notification)
+            if attempt is None:
+                return Result(DeliveryOutcome.RETRY, error)
+            return _attempted(
+                DeliveryOutcome.RETRY, error, None, "internal", attempt.status, started, attempt
+            )
+        if attempt is None:
+            self.report.delivered(notification)
+        else:
+            done = _attempted(DeliveryOutcome.DELIVERED, "", None, "", attempt.status, started, attempt)
+            self.report.delivered(notification, done)
         if self.post_send.stages:
             await self.post_send.finish(delivery)  # delivered already: the outcome stands
         return DELIVERED
@@ -164,3 +197,24 @@ class Deliverer:
                 http=self.http, alert=alert, tokens=self.tokens, identity=self.identity
             )
         return dataclasses.replace(ctx, commit_status=commit_status) if commit_status else ctx
+
+
+def _attempted(
+    outcome: DeliveryOutcome,
+    error: str,
+    retry_after: float | None,
+    reason: str,
+    status: int | None,
+    started: float,
+    attempt: AttemptLog,
+) -> Result:
+    """A ``Result`` with what the history shows of the attempt."""
+    return Result(
+        outcome,
+        error,
+        retry_after,
+        reason=reason,
+        status_code=status,
+        latency_ms=round((time.perf_counter() - started) * 1000, 3),
+        request=attempt.summary(),
+    )

@@ -21,13 +21,14 @@ from ..core.matching import CompiledAlert
 from ..core.metadata import exclude_internal_metadata
 from ..errors import ControllerError
 from .matcher import Matcher
-from .model import Draft, Drop, DropReason, Notification, Queue
+from .model import Draft, Drop, DropReason, Notification, Queue, new_id
 from .report import Reporter
-from .stage import Runner, StageLike
+from .stage import Runner, StageLike, name_of
 
 log = logging.getLogger(__name__)
 
 Waiting = list[Awaitable[Draft | None]]
+Ready = list[Notification]
 Later = Awaitable[list[CompiledAlert]] | None
 
 
@@ -41,39 +42,39 @@ class Dispatcher:
         self.report = report
 
     def admit(self, event: Event) -> int | Awaitable[int]:
-        """Memory queue: how many Alerts matched outright. Durable queue: an awaitable of how many
-        notifications were stored."""
+        """Memory queue: the number of Alerts matched outright; durable: an awaitable of the number stored."""
         obj = event.involved_object
         if f"{obj.group}/{MD_TOKEN}" in event.metadata:
             event = event.model_copy(
                 update={"metadata": exclude_internal_metadata(event.metadata, obj.group)}
             )
-        matched, later = self.matcher.match(event)
-        ready, waiting = self._prepare(event, matched)
+        event_id = new_id() if self.report.history is not None else ""  # its records in the history share it
+        matched, later = self.matcher.match(event, event_id)
+        ready, waiting = self._prepare(event, matched, event_id)
         if self.queue.durable:
-            return self._store(event, ready, waiting, later)
+            return self._store(event, ready, waiting, later, event_id)
         if ready:
             self.queue.enqueue(ready)
         for pending in waiting:
             self.report.spawn(self._enqueue_later(pending))
         if later is not None:
-            self.report.spawn(self._match_later(event, later))
+            self.report.spawn(self._match_later(event, later, event_id))
         return len(matched)
 
-    def _prepare(self, event: Event, matched: list[CompiledAlert]) -> tuple[list[Notification], Waiting]:
-        ready: list[Notification] = []
+    def _prepare(self, event: Event, matched: list[CompiledAlert], eid: str) -> tuple[Ready, Waiting]:
+        ready: Ready = []
         waiting: Waiting = []
         for compiled in matched:
-            outcome = self.pre_queue.run(Draft(event, compiled.alert))
+            outcome = self.pre_queue.run(Draft(event, compiled.alert, event_id=eid))
             if isinstance(outcome, Draft):
                 ready.append(outcome.notification())
             elif outcome is not None:
                 waiting.append(outcome)
         return ready, waiting
 
-    async def _store(self, event: Event, ready: list[Notification], waiting: Waiting, later: Later) -> int:
+    async def _store(self, event: Event, ready: Ready, waiting: Waiting, later: Later, eid: str) -> int:
         if later is not None:
-            more, more_waiting = self._prepare(event, await later)
+            more, more_waiting = self._prepare(event, await later, eid)
             ready += more
             waiting += more_waiting
         for pending in waiting:
@@ -89,9 +90,9 @@ class Dispatcher:
         if draft is not None:
             await self.enqueue(draft.notification())
 
-    async def _match_later(self, event: Event, later: Awaitable[list[CompiledAlert]]) -> None:
+    async def _match_later(self, event: Event, later: Awaitable[list[CompiledAlert]], eid: str) -> None:
         """Memory queue: the Alerts matched off the loop, queued as the others."""
-        ready, waiting = self._prepare(event, await later)
+        ready, waiting = self._prepare(event, await later, eid)
         if ready:
             self.queue.enqueue(ready)
         for pending in waiting:
@@ -104,19 +105,19 @@ class Dispatcher:
             await queued
 
     def _dropped(self, draft: Draft, drop: Drop) -> None:
-        self.report.drop(drop, str(draft.provider.spec.type) if draft.provider else "", draft.alert)
+        self.report.drop(drop, "", draft.alert, draft=draft)  # the provider type: from the draft
 
     def _failed(self, draft: Draft, stage: StageLike[Draft], exc: Exception) -> None:
         alert = draft.alert
         if isinstance(exc, ControllerError):
             message = f"failed to dispatch notification for {draft.event.involved_object.describe()}: {exc}"
             self.report.warn(alert, "NotificationDispatchFailed", message)
-            self.report.dropped(DropReason.CONFIG)
+            self.report.dropped(DropReason.CONFIG, draft=draft, detail=message)
             return
         meta, debug = alert.metadata, log.isEnabledFor(logging.DEBUG)  # one broken Alert: not the others
         log.error("internal error preparing notification for alert %s/%s: %s", meta.namespace, meta.name,
                   type(exc).__name__, exc_info=debug)  # fmt: skip
-        self.report.dropped(DropReason.INTERNAL)
+        self.report.dropped(DropReason.INTERNAL, draft=draft, detail=f"internal error in {name_of(stage)}")
 
     async def wait_idle(self, timeout: float | None = None) -> bool:
         """Until the queue is idle and no task runs (tests, shutdown). False on timeout."""

@@ -32,7 +32,7 @@ from ..outbound import OutboundHTTP, OutboundRequest
 from ..outbound.request import OutboundResponse
 from ..store.base import KVEntry, Store
 from ..store.memory import MemoryStore
-from .model import Drop, Notification
+from .model import Draft, Drop, Notification, Result
 from .report import Reporter
 
 
@@ -104,10 +104,18 @@ class Recorder(Reporter):
     def of_alert(self, key: str) -> Outcome:
         return self.outcomes.setdefault(key, Outcome())
 
-    def drop(self, drop: Drop, ptype: str, alert: Alert | None = None) -> None:
+    def drop(
+        self,
+        drop: Drop,
+        ptype: str,
+        alert: Alert | None = None,
+        *,
+        draft: Draft | None = None,
+        notification: Notification | None = None,
+    ) -> None:
         if alert is not None:
             self.of_alert(_key(alert)).drops.append(drop)
-        super().drop(drop, ptype, alert)
+        super().drop(drop, ptype, alert, draft=draft, notification=notification)
 
     def warn(
         self,
@@ -121,9 +129,9 @@ class Recorder(Reporter):
         self.of_alert(_key(alert)).warnings.append((reason, self.redactor(message)))
         super().warn(alert, reason, message, annotations, logged=logged)
 
-    def delivered(self, notification: Notification) -> None:
+    def delivered(self, notification: Notification, result: Result | None = None) -> None:
         self.of_alert(notification.alert.key).delivered = True
-        super().delivered(notification)
+        super().delivered(notification, result)
 
     def failed(
         self,

@@ -129,10 +129,15 @@ class MemoryLanes:
         """Queue ``notification`` in its Provider's lane; False (counted) when refused."""
         ptype = notification.provider_type
         if not self._accepting:
-            self.report.dropped(DropReason.SHUTDOWN, ptype)
+            self.report.dropped(DropReason.SHUTDOWN, ptype, notification=notification)
             return False
         if self._pending >= self.settings.max_pending:
-            self.report.dropped(DropReason.OVERLOAD, ptype)
+            self.report.dropped(
+                DropReason.OVERLOAD,
+                ptype,
+                notification=notification,
+                detail=f"{self._pending} notifications pending (--max-pending-notifications)",
+            )
             self._log_overload(notification)
             return False
         key = notification.lane
@@ -167,7 +172,9 @@ class MemoryLanes:
                 except asyncio.CancelledError:
                     if not self._accepting:  # cut off by shutdown after the grace period: count it
                         self._interrupted += 1
-                        self.report.dropped(DropReason.SHUTDOWN, notification.provider_type)
+                        self.report.dropped(
+                            DropReason.SHUTDOWN, notification.provider_type, notification=notification
+                        )
                     raise
                 finally:
                     self._pending -= 1
@@ -201,7 +208,9 @@ class MemoryLanes:
         for lane in self._lanes.values():
             while lane.queue:
                 notification, _ = lane.queue.popleft()
-                self.report.dropped(DropReason.SHUTDOWN, notification.provider_type)
+                self.report.dropped(
+                    DropReason.SHUTDOWN, notification.provider_type, notification=notification
+                )
                 queued += 1
         self._set_pending(self._pending - queued)
         workers = list(self._workers)

@@ -7,7 +7,8 @@ awaitable of the Alerts matched later: message filters too heavy for the loop ru
 short message never leaves it.
 
 Every Alert dropped here is counted (``notification_dropped_total{reason}``); an event no Alert wants is
-counted in ``events_unmatched``.
+counted in ``events_unmatched``. Both are recorded in the history (``Reporter.history``) under the event's
+id: a drop per Alert, ``unmatched`` once per event.
 
 ``observe`` sees every event first, matched or not (inhibition records the sources that fail and recover:
 ``quiet/inhibit.py``): when it needs I/O, the matches later wait for it, so a durable store has the failure
@@ -23,6 +24,7 @@ from collections.abc import Awaitable, Callable
 
 from ..api.event import Event
 from ..core.matching import CompiledAlert, SourceMatch, encode_message
+from ..history.model import Outcome
 from ..metrics import EventMetrics
 from ..objects.base import ObjectStore
 from .filtering import FilterOffload
@@ -56,49 +58,51 @@ class Matcher:
         self.metrics = metrics
         self.observe = observe
 
-    def match(self, event: Event) -> Matched:
+    def match(self, event: Event, event_id: str = "") -> Matched:
         observed = self.observe(event) if self.observe is not None else None
-        matched, later = self._match(event)
+        matched, later = self._match(event, event_id)
         return (matched, later) if observed is None else (matched, _after(observed, later))
 
-    def _match(self, event: Event) -> Matched:
-        candidates = self._candidates(event)
+    def _match(self, event: Event, event_id: str) -> Matched:
+        candidates = self._candidates(event, event_id)
         message = event.message
         size = len(message) if message.isascii() else 4 * len(message)  # UTF-8 bytes, at most
         cost = sum(compiled.filter_cost(size) for compiled, _ in candidates)
         if self.filters.inline(cost):  # cost 0: no valid expression anywhere, the text is not looked at
-            return self.match_inline(event, candidates, message if cost else "")
-        if self._refuse_filters(event, candidates, size):
+            return self.match_inline(event, candidates, message if cost else "", event_id)
+        if self._refuse_filters(event, candidates, size, event_id):
             return [], None
-        return [], self._match_offloaded(event, candidates, size)
+        return [], self._match_offloaded(event, candidates, size, event_id)
 
-    def match_inline(self, event: Event, candidates: Candidates, message: str) -> Matched:
+    def match_inline(self, event: Event, candidates: Candidates, message: str, event_id: str = "") -> Matched:
         """The fast path: filters on the loop; label selectors (if any) later."""
         text = encode_message(message)
         allowed = [compiled.message_allowed(text) for compiled, _ in candidates]
-        matched, need_labels = self._split(event, candidates, allowed)
-        return matched, self._match_labels(event, need_labels) if need_labels else None
+        matched, need_labels = self._split(event, candidates, allowed, event_id)
+        return matched, self._match_labels(event, need_labels, event_id) if need_labels else None
 
-    async def _match_offloaded(self, event: Event, candidates: Candidates, size: int) -> list[CompiledAlert]:
+    async def _match_offloaded(
+        self, event: Event, candidates: Candidates, size: int, event_id: str
+    ) -> list[CompiledAlert]:
         text = encode_message(event.message)  # once; the worker runs one Alert's lists at a time
         checks = [functools.partial(compiled.message_allowed, text) for compiled, _ in candidates]
         try:
             allowed = await self.filters.run(checks, size)
         except asyncio.CancelledError:  # shutdown: these notifications will not be made; say so
-            self._drop_all(candidates, DropReason.SHUTDOWN)
+            self._drop_all(candidates, DropReason.SHUTDOWN, event, event_id)
             raise
         except Exception as exc:
             log.error(
                 "message filters failed for %s: %s", event.involved_object.describe(), type(exc).__name__
             )
-            self._drop_all(candidates, DropReason.INTERNAL)
+            self._drop_all(candidates, DropReason.INTERNAL, event, event_id)
             return []
-        matched, need_labels = self._split(event, candidates, allowed)
+        matched, need_labels = self._split(event, candidates, allowed, event_id)
         if need_labels:
-            matched += await self._match_labels(event, need_labels)
+            matched += await self._match_labels(event, need_labels, event_id)
         return matched
 
-    def _candidates(self, event: Event) -> Candidates:
+    def _candidates(self, event: Event, event_id: str) -> Candidates:
         obj = event.involved_object
         candidates: Candidates = []
         for compiled in self.store.alerts_for(obj.namespace, obj.kind, obj.name):
@@ -108,7 +112,7 @@ class Matcher:
             if result is SourceMatch.NO:
                 continue
             if compiled.refused is not None:  # over its bounds: Ready=False says why; count, deliver nothing
-                self._drop_for(compiled, DropReason.CONFIG)
+                self._drop_for(compiled, DropReason.CONFIG, event, event_id, compiled.refused)
                 log.debug("alert %s/%s refused: %s", compiled.namespace, compiled.name, compiled.refused)
                 continue
             for expr in compiled.invalid_inclusion:
@@ -122,10 +126,10 @@ class Matcher:
             candidates.append((compiled, result))
         return candidates
 
-    def _refuse_filters(self, event: Event, candidates: Candidates, size: int) -> bool:
+    def _refuse_filters(self, event: Event, candidates: Candidates, size: int, event_id: str) -> bool:
         if self.filters.admit(size):
             return False
-        self._drop_all(candidates, DropReason.OVERLOAD)
+        self._drop_all(candidates, DropReason.OVERLOAD, event, event_id)
         log.warning(
             "dropping event for %s: %d events wait for their message filters (heavy inclusion/exclusion lists)",
             event.involved_object.describe(),
@@ -134,7 +138,7 @@ class Matcher:
         return True
 
     def _split(
-        self, event: Event, candidates: Candidates, allowed: list[bool]
+        self, event: Event, candidates: Candidates, allowed: list[bool], event_id: str
     ) -> tuple[list[CompiledAlert], list[CompiledAlert]]:
         matched: list[CompiledAlert] = []
         need_labels: list[CompiledAlert] = []
@@ -142,21 +146,25 @@ class Matcher:
             if ok:
                 (matched if result is SourceMatch.YES else need_labels).append(compiled)
         if not matched and not need_labels:
-            self.metrics.events_unmatched.inc()
+            self._unmatched(
+                event, event_id, "filtered out by every Alert" if candidates else "no Alert matches"
+            )
             log.debug(
                 "discarding event, no alerts found for the involved object %s",
                 event.involved_object.describe(),
             )
         return matched, need_labels
 
-    async def _match_labels(self, event: Event, candidates: list[CompiledAlert]) -> list[CompiledAlert]:
+    async def _match_labels(
+        self, event: Event, candidates: list[CompiledAlert], event_id: str
+    ) -> list[CompiledAlert]:
         """The label-selected candidates whose selector matches the involved object's labels. When the
         labels cannot be read, each candidate is counted as dropped (``label_lookup*``)."""
         obj = event.involved_object
         lookup = await self.labels.lookup(obj.api_version, obj.kind, obj.namespace, obj.name)
         if lookup.labels is None:
             for compiled in candidates:
-                self._drop_for(compiled, lookup.drop_reason)
+                self._drop_for(compiled, lookup.drop_reason, event, event_id)
                 if lookup.result is not LookupResult.REJECTED:  # Flux's Warning; never echo a bad reference
                     self.report.warn(
                         compiled.alert, "SourceFetchFailed", f"error getting source object {obj.describe()}"
@@ -164,16 +172,38 @@ class Matcher:
             return []
         matched = [compiled for compiled in candidates if compiled.match_labels(event, lookup.labels)]
         if not matched:
-            self.metrics.events_unmatched.inc()
+            self._unmatched(event, event_id, "no Alert's label selector matches the object")
         return matched
 
-    def _drop_all(self, candidates: Candidates, reason: DropReason) -> None:
-        for compiled, _ in candidates:
-            self._drop_for(compiled, reason)
+    def _unmatched(self, event: Event, event_id: str, detail: str) -> None:
+        self.metrics.events_unmatched.inc()
+        history = self.report.history
+        if history is not None:
+            history.record(Outcome.UNMATCHED, event, event_id, detail=detail)
 
-    def _drop_for(self, compiled: CompiledAlert, reason: DropReason | str) -> None:
-        provider = self.store.provider(compiled.namespace, compiled.alert.spec.provider_ref.name)
-        self.report.dropped(reason, str(provider.spec.type) if provider is not None else "")
+    def _drop_all(self, candidates: Candidates, reason: DropReason, event: Event, event_id: str) -> None:
+        for compiled, _ in candidates:
+            self._drop_for(compiled, reason, event, event_id)
+
+    def _drop_for(
+        self, compiled: CompiledAlert, reason: DropReason | str, event: Event, event_id: str, detail: str = ""
+    ) -> None:
+        ref = compiled.alert.spec.provider_ref.name
+        provider = self.store.provider(compiled.namespace, ref)
+        ptype = str(provider.spec.type) if provider is not None else ""
+        self.report.dropped(reason, ptype)
+        history = self.report.history
+        if history is not None:
+            history.record(
+                Outcome.DROPPED,
+                event,
+                event_id,
+                alert=f"{compiled.namespace}/{compiled.name}",
+                provider=f"{compiled.namespace}/{ref}",
+                provider_type=ptype,
+                stage=str(reason),
+                detail=detail,
+            )
 
     async def close(self) -> None:
         self.filters.close()  # the filter thread stops after the expression list it is on (filtering.py)

@@ -4,8 +4,8 @@
   ``rules.py``, then any stage added at composition time). It holds the live Alert and Provider.
 * ``Notification``: what a pre-queue pass produces and a lane (or the durable outbox) holds: plain data
   — the event, references to the Alert and Provider with their generations, the commit-status id, the
-  attempt count and a stable id (the ``Idempotency-Key``). ``to_json``/``from_json`` round-trip it, so a
-  durable store can keep it; nothing live (notifier, TLS context, session) is in it.
+  attempt count, a stable id (the ``Idempotency-Key``) and its event's (``event_id``, optional on reading).
+  ``to_json``/``from_json`` round-trip it, so a durable store can keep it; nothing live is in it.
 * ``Delivery``: a Notification resolved at send time against the *current* Alert and Provider (and the
   Provider's cached notifier), which the *pre-send* stages (hooks, templates) see and may change.
 
@@ -85,6 +85,7 @@ class Notification:
     """What a pre-queue stage chose to say instead of ``Message.of(event)`` (a group, a recovery)."""
     group: tuple[tuple[str, str, str], ...] = ()
     """A grouped notification's quoted events: (object, severity, message); templates see them."""
+    event_id: str = ""  # the received event's id (``new_id``): its records in the history share it
 
     @property
     def lane(self) -> str:
@@ -112,6 +113,7 @@ class Notification:
                 "event": orjson.Fragment(self.event.to_go_json()),
                 **({"message": orjson.Fragment(self.message.to_json())} if self.message is not None else {}),
                 **({"group": [list(g) for g in self.group]} if self.group else {}),
+                **({"eventId": self.event_id} if self.event_id else {}),
             }
         )
 
@@ -133,6 +135,7 @@ class Notification:
                 attempt=int(raw.get("attempt", 0)),
                 message=Message.from_raw(raw["message"]) if raw.get("message") is not None else None,
                 group=tuple((str(o), str(s), str(m)) for o, s, m in raw.get("group", ())),
+                event_id=str(raw.get("eventId", "")),
             )
         except (ValueError, KeyError, TypeError, AttributeError, ControllerError) as exc:
             raise ControllerError(f"unreadable stored notification: {type(exc).__name__}: {exc}") from None
@@ -158,17 +161,18 @@ class Draft:
     provider: Provider | None = None
     commit_status: str = ""
     message: Message | None = None
+    event_id: str = ""  # the received event's id ("" in ``explain``)
 
     # ``dataclasses.replace`` costs a field walk and a keyword call per use; the rules change one field
     # of every draft (issue 17). Each copies all the others: a field added above must be added here.
     def with_provider(self, provider: Provider) -> Draft:
-        return Draft(self.event, self.alert, provider, self.commit_status, self.message)
+        return Draft(self.event, self.alert, provider, self.commit_status, self.message, self.event_id)
 
     def with_event(self, event: Event) -> Draft:
-        return Draft(event, self.alert, self.provider, self.commit_status, self.message)
+        return Draft(event, self.alert, self.provider, self.commit_status, self.message, self.event_id)
 
     def with_commit_status(self, commit_status: str) -> Draft:
-        return Draft(self.event, self.alert, self.provider, commit_status, self.message)
+        return Draft(self.event, self.alert, self.provider, commit_status, self.message, self.event_id)
 
     def notification(self) -> Notification:
         assert self.provider is not None, "the provider rule runs before the draft is queued"
@@ -180,6 +184,7 @@ class Draft:
             str(self.provider.spec.type),
             self.commit_status,
             message=self.message,
+            event_id=self.event_id,
         )
 
 
@@ -243,6 +248,12 @@ class Result:
     """Masked error text (it is stored with a dead letter and shown by the CLI)."""
     retry_after: float | None = None
     """Seconds the provider asked us to wait (``Retry-After`` on 429/503)."""
+    # what the history shows of the attempt (set when it records): the failure reason, the provider's status,
+    # the attempt's duration and the masked request summary (``outbound.AttemptLog.summary``)
+    reason: str = ""
+    status_code: int | None = None
+    latency_ms: float | None = None
+    request: str = ""
 
 
 DELIVERED = Result(DeliveryOutcome.DELIVERED)

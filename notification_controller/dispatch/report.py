@@ -13,6 +13,10 @@ One log line per outcome, with Flux's keys of the Alert (``logsetup.object_field
 decision: a hook's veto, a suspended Provider) or at error (``Drop.failure``: a hook that is down). Their
 Events are marked as already logged (``logged=True``), so local mode — where Events go to the log — does
 not print the same failure twice.
+
+Where an outcome is counted it is also recorded in the history (issue 27, ``recording.py``), once, in its
+vocabulary: ``dropped``/``suppressed`` (stage: the reason), ``delivered``; callers pass the ``Draft`` or
+``Notification``. ``history`` is None with ``--history=false`` and in ``explain``: then nothing is built.
 """
 
 from __future__ import annotations
@@ -27,11 +31,14 @@ from prometheus_client import Counter
 
 from ..api.alert import Alert
 from ..core.redact import Redactor, mask_token
+from ..history.model import Outcome
+from ..history.recorder import Recorder
 from ..logsetup import fields, mark_event_logged, object_fields
 from ..metrics import EventMetrics
 from ..objects.base import ObjectRef
-from .model import Drop, EventSink, Notification
+from .model import Draft, Drop, EventSink, Notification, Result
 from .providerhealth import ProviderHealth
+from .recording import record_draft, record_notification
 
 log = logging.getLogger("notification_controller.dispatch.dispatcher")  # Flux's logger name for these lines
 
@@ -84,8 +91,11 @@ class ProviderSeries:
 
 
 class Reporter:
-    def __init__(self, sink: EventSink, metrics: EventMetrics, redactor: Redactor) -> None:
+    def __init__(
+        self, sink: EventSink, metrics: EventMetrics, redactor: Redactor, history: Recorder | None = None
+    ) -> None:
         self.sink = sink
+        self.history = history
         self.metrics = metrics
         self.redactor = redactor
         self._types: dict[str, TypeMetrics] = {}  # children are never removed: safe to keep
@@ -101,7 +111,9 @@ class Reporter:
             children = self._types[ptype] = TypeMetrics(self.metrics, ptype)
         return children
 
-    def delivered(self, notification: Notification) -> None:
+    def delivered(self, notification: Notification, result: Result | None = None) -> None:
+        if self.history is not None:
+            self.record(Outcome.DELIVERED, notification, result=result)
         self.health.success(notification.provider.key)
         self.series.inc(
             self.metrics.delivered,
@@ -119,10 +131,40 @@ class Reporter:
         self.series.forget(f"{namespace}/{name}")
         self.health.forget(f"{namespace}/{name}")
 
-    def dropped(self, reason: str, ptype: str = "", n: int = 1) -> None:
+    def dropped(
+        self,
+        reason: str,
+        ptype: str = "",
+        n: int = 1,
+        *,
+        draft: Draft | None = None,
+        notification: Notification | None = None,
+        detail: str = "",
+    ) -> None:
         self.metrics.dropped.labels(provider_type=ptype, reason=reason).inc(n)
+        if self.history is not None:
+            if notification is not None:
+                self.record(Outcome.DROPPED, notification, stage=str(reason), detail=detail)
+            elif draft is not None:
+                record_draft(self.history, Outcome.DROPPED, draft, str(reason), detail)
 
-    def drop(self, drop: Drop, ptype: str, alert: Alert | None = None) -> None:
+    def drop(
+        self,
+        drop: Drop,
+        ptype: str,
+        alert: Alert | None = None,
+        *,
+        draft: Draft | None = None,
+        notification: Notification | None = None,
+    ) -> None:
+        if not ptype and draft is not None and draft.provider is not None:
+            ptype = str(draft.provider.spec.type)
+        if self.history is not None:
+            outcome = Outcome.SUPPRESSED if drop.suppressed else Outcome.DROPPED
+            if notification is not None:
+                self.record(outcome, notification, stage=str(drop.reason), detail=drop.message)
+            elif draft is not None:
+                record_draft(self.history, outcome, draft, str(drop.reason), drop.message)
         if drop.suppressed:  # noise control did its job: counted, visible at debug level
             self.metrics.suppressed.labels(reason=drop.reason).inc()
             if log.isEnabledFor(logging.DEBUG) and alert is not None:
@@ -168,6 +210,22 @@ class Reporter:
         )
         self.warn(alert, "NotificationDispatchFailed", message, logged=True)
         return error
+
+    # ---- the history (recording.py) ----------------------------------------------------------------------
+    def record(
+        self,
+        outcome: Outcome,
+        n: Notification,
+        *,
+        stage: str = "",
+        detail: str = "",
+        result: Result | None = None,
+        attempt: int | None = None,
+    ) -> None:
+        if self.history is not None:
+            record_notification(
+                self.history, outcome, n, stage=stage, detail=detail, result=result, attempt=attempt
+            )
 
     def warn(
         self,

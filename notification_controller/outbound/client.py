@@ -78,6 +78,34 @@ IDEMPOTENCY_KEY: contextvars.ContextVar[str] = contextvars.ContextVar("idempoten
 it as ``Idempotency-Key`` (IETF httpapi-idempotency-key-header), on every attempt, so a receiver can drop
 redeliveries. A header of that name from the Provider's own headers wins."""
 
+
+class AttemptLog:
+    """What one delivery sent, for the history (issue 27): set in ``ATTEMPT_LOG`` by the deliverer around a
+    delivery; every request of it writes here, so the last one is what the history shows. The address is
+    kept as sent and masked by ``summary`` (``redact_url``: scheme and host only; a webhook's credential is
+    in its path), so a delivery that records nothing pays two attribute stores per request."""
+
+    __slots__ = ("method", "requests", "size", "status", "url")
+
+    def __init__(self) -> None:
+        self.method = ""
+        self.url = ""
+        self.size = 0
+        self.status: int | None = None
+        self.requests = 0
+
+    def summary(self) -> str:
+        """``POST https://hooks.slack.com/*** (1,234 B)``; "" when no HTTP request was made (NATS, Pub/Sub);
+        ``(+2 requests)`` when the delivery made more than one (a commit status lists, then creates)."""
+        if not self.requests:
+            return ""
+        more = f" (+{self.requests - 1} more)" if self.requests > 1 else ""
+        return f"{self.method} {redact_url(self.url)} ({self.size:,} B){more}"
+
+
+ATTEMPT_LOG: contextvars.ContextVar[AttemptLog | None] = contextvars.ContextVar("attempt_log", default=None)
+"""Set by the deliverer while the history records: the requests of this delivery write their summary here."""
+
 MAX_REDIRECTS = 10
 
 
@@ -257,6 +285,15 @@ class OutboundHTTP:
     ) -> OutboundResponse:
         self.attempts += 1
         url = request.url
+        record = ATTEMPT_LOG.get()
+        if record is not None:
+            record.method, record.url, record.size, record.status = (
+                request.method,
+                url,
+                len(request.body),
+                None,
+            )
+            record.requests += 1
         try:
             origin = _origin(url)
         except ValueError:  # e.g. "http://[::1/x": never reaches a transport, never escapes as a ValueError
@@ -287,6 +324,8 @@ class OutboundHTTP:
                 via = proxy or (self._env_proxy(url) if self._env_proxies else None)
                 exchange = Exchange(request.method, url, headers, request.body, tls, limit, via)
                 response = await self._transport.send(exchange)
+                if record is not None:
+                    record.status = response.status
                 if response.status in (301, 302, 303, 307, 308) and "Location" in response.headers:
                     target = urljoin(url, response.headers["Location"])
                     if _origin(target) != origin:

@@ -19,6 +19,11 @@ oversized (413) or unparsable (400) request also closes the connection.
 the event server knows (``KNOWN_PATHS``: ``/``, where Flux's controllers POST) get their own ``handler``
 value; every other path counts as ``other``. The path is the client's to choose, and Flux's label is
 unbounded: 100,000 random paths were 100,000 new series per metric (issue 11 item 6).
+
+The history (issue 27, ``history/``): what is decided here is recorded here — a duplicate (429) as
+``duplicate``, a refusal (400, 405, 413, 503...) as ``refused`` with the rejection reason (within the
+recorder's refusal budget: a flood of bad POSTs cannot push the useful records out). An admitted event is
+recorded by the pipeline. Recording is a synchronous append: the answer never waits for it.
 """
 
 from __future__ import annotations
@@ -35,7 +40,10 @@ from ..api.event import Event, EventDecodeError
 from ..core.metadata import cleanup_metadata
 from ..core.ratelimit import FixedWindowLimiter, event_key
 from ..dispatch.duplicates import SharedDuplicateWindow
+from ..dispatch.model import new_id
 from ..errors import StoreError
+from ..history.model import Outcome
+from ..history.recorder import Recorder
 from ..metrics import EventMetrics
 from .http1 import HTTPServer, Request, Response, ServerLimits
 
@@ -98,8 +106,10 @@ class EventEndpoint:
         ready: Callable[[], bool],
         shared_window: SharedDuplicateWindow | None = None,
         export_path_metrics: bool = False,
+        history: Recorder | None = None,
     ) -> None:
         self.dispatcher = dispatcher
+        self.history = history
         self.limiter = limiter
         self.metrics = metrics
         self.ready = ready
@@ -138,6 +148,10 @@ class EventEndpoint:
         if reason is not None:
             self.metrics.events_rejected.labels(reason=reason).inc()
             log.debug("rejecting event: the HTTP server answered %d", status)
+            if self.history is not None:
+                self.history.refused(
+                    None, new_id(), status, reason, f"the HTTP server answered {status}"
+                )
         response = Response(status, close=True)
         self._observe(request, status, 0, time.perf_counter())
         return response
@@ -181,18 +195,26 @@ class EventEndpoint:
         metrics = self.metrics
         if request.method != "POST":
             metrics.events_rejected.labels(reason="method").inc()
+            if self.history is not None:
+                self.history.refused(None, new_id(), 405, "method", "only POST is accepted")
             return Response(405, {"Allow": "POST"})
         try:
             event = Event.decode(request.body)
         except EventDecodeError as exc:
             metrics.events_rejected.labels(reason="bad_request").inc()
             log.debug("rejecting event: %s", exc)
+            if self.history is not None:
+                self.history.refused(None, new_id(), 400, "bad_request", str(exc))
             return Response.text(400, f"{exc}\n")
         cleaned = cleanup_metadata(event.metadata, event.object_group)
         if cleaned != event.metadata:
             event = event.model_copy(update={"metadata": cleaned})
         if not self.ready():
             metrics.events_rejected.labels(reason="not_ready").inc()
+            if self.history is not None:
+                self.history.refused(
+                    event, new_id(), 503, "not_ready", "the controller is not ready yet"
+                )
             return Response(503, {"Retry-After": "5"})
         key = event_key(event)
         if self.shared_window is not None:
@@ -260,12 +282,25 @@ class EventEndpoint:
 
     def _duplicate(self, event: Event, headers: dict[str, str]) -> Response:
         self.metrics.events_rejected.labels(reason="rate_limited").inc()
+        if self.history is not None:
+            self.history.record(
+                Outcome.DUPLICATE,
+                event,
+                new_id(),
+                stage="rate_limited",
+                detail=f"the same event within --rate-limit-interval (retry after {headers.get('Retry-After', '?')}s)",
+                status_code=429,
+            )
         log.debug("Discarding event, rate limiting duplicate events: %s", event.involved_object.describe())
         headers["X-Content-Type-Options"] = "nosniff"
         return Response.text(429, "Too Many Requests\n", headers)
 
     def _store_unavailable(self, event: Event, exc: StoreError) -> Response:
         self.metrics.events_rejected.labels(reason="store_unavailable").inc()
+        if self.history is not None:
+            self.history.refused(
+                event, new_id(), 503, "store_unavailable", f"state store unavailable: {exc}"
+            )
         log.warning("refusing event for %s (503): %s", event.involved_object.describe(), exc)
         return Response.text(503, "state store unavailable\n", {"Retry-After": "5"})
 

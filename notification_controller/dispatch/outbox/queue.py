@@ -8,15 +8,21 @@ decode, count the attempt, and hand the notification to the ``Deliverer`` with i
 notifications become dead letters: counted, logged, and a Warning Event
 ``NotificationDeadLettered`` on the Alert; a lane paused by its circuit breaker is a Warning Event
 ``DeliveryPaused`` on the Provider (``DeliveryResumed`` when it recovers) and a gauge.
+
+The history (``Reporter.history``): an attempt that will be retried is recorded ``retrying`` (the runner's
+``on_retry``: the delay is in the detail), a dead letter ``dead_lettered`` with its last attempt's answer
+(kept from ``_deliver`` until the runner decides: at most ``MAX_UNSETTLED`` results, by lease id).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 
 from ...errors import ControllerError
+from ...history.model import Outcome
 from ...lib.clock import Clock
 from ...logsetup import fields, object_fields
 from ...metrics import DeliveryMetrics
@@ -32,6 +38,9 @@ Deliver = Callable[..., Awaitable[Result]]
 """``Deliverer.deliver(notification, idempotency_key=…)``."""
 
 log = logging.getLogger(__name__)
+
+MAX_UNSETTLED = 10_000
+"""Failed attempts' results kept until the runner retries or dead-letters them (history only)."""
 
 
 class DurableOutbox:
@@ -61,7 +70,9 @@ class DurableOutbox:
             on_dead_letter=self._dead_lettered,
             on_breaker=self._breaker_changed,
             on_stats=self._stats,
+            on_retry=self._retrying if report.history is not None else None,
         )
+        self._unsettled: OrderedDict[str, Result] = OrderedDict()
         self._gauged: set[str] = set()
         self.on_paused = on_paused
         """Called with a lane (``namespace/name``) whose breaker opened or closed (the app requests a
@@ -101,10 +112,27 @@ class DurableOutbox:
             self.metrics.redeliveries.labels(provider_type=ptype).inc()
         notification = dataclasses.replace(notification, attempt=lease.attempts)
         result = await self.deliver(notification, idempotency_key=notification.id)
+        if self.report.history is not None and (
+            result.outcome is DeliveryOutcome.RETRY or result.outcome is DeliveryOutcome.PERMANENT
+        ):
+            self._unsettled[lease.id] = result  # the runner decides: retry or dead letter
+            if len(self._unsettled) > MAX_UNSETTLED:
+                self._unsettled.popitem(last=False)
         if result.outcome is DeliveryOutcome.DELIVERED and self.clock is not None:
             age = self.clock.now().timestamp() - lease.enqueued_at
             self.report.of(ptype).duration.observe(max(0.0, age))
         return result
+
+    def _retrying(self, lease: Lease, result: Result, delay: float) -> None:
+        self._unsettled.pop(lease.id, None)
+        try:
+            notification = Notification.from_json(lease.payload)
+        except ControllerError:
+            return
+        detail = f"attempt {lease.attempts} failed, next in {delay:.1f}s: {result.error}"
+        self.report.record(
+            Outcome.RETRYING, notification, detail=detail, result=result, attempt=lease.attempts
+        )
 
     def _dead_lettered(self, lease: Lease, reason: str, error: str) -> None:
         try:
@@ -113,6 +141,16 @@ class DurableOutbox:
             notification = None
         ptype = notification.provider_type if notification else ""
         self.report.dead_letter(self.metrics.dead_letters, ptype, lease.provider, reason)
+        last = self._unsettled.pop(lease.id, None)
+        if notification is not None and self.report.history is not None:
+            self.report.record(
+                Outcome.DEAD_LETTERED,
+                notification,
+                stage=reason,
+                detail=error,
+                result=last,
+                attempt=lease.attempts if last is not None else max(lease.attempts - 1, 0),
+            )
         what = notification.event.involved_object.describe() if notification else lease.id
         message = (
             f"notification for {what} kept as dead letter {lease.id} after {lease.attempts} attempts "

@@ -49,6 +49,9 @@ DeadLetterHook = Callable[[Lease, str, str], None]
 BreakerHook = Callable[[str, BreakerState], None]
 """Called when a lane's breaker changes state (metric, log, Provider status)."""
 
+RetryHook = Callable[[Lease, Result, float], None]
+"""Called when a failed attempt is to be retried: (lease, its result, seconds until the next) → history."""
+
 StatsHook = Callable[[dict[str, LaneStats]], None]
 """Called with every poll's depth and oldest age per lane (gauges)."""
 
@@ -75,6 +78,7 @@ class OutboxRunner:
         on_breaker: BreakerHook | None = None,
         on_store_error: Callable[[str], None] | None = None,
         on_stats: StatsHook | None = None,
+        on_retry: RetryHook | None = None,
         rng: random.Random | None = None,
     ) -> None:
         self.store = store
@@ -85,6 +89,7 @@ class OutboxRunner:
         self._on_breaker = on_breaker
         self._on_store_error = on_store_error
         self._on_stats = on_stats
+        self._on_retry = on_retry
         self._rng = rng or random.Random()
         self._lanes: dict[str, _Lane] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -227,6 +232,8 @@ class OutboxRunner:
             self._last_errors.move_to_end(lease.id)
             if len(self._last_errors) > MAX_REMEMBERED_ERRORS:
                 self._last_errors.popitem(last=False)
+            if self._on_retry is not None:
+                self._on_retry(lease, result, delay)
             await self._settle("nack", self.store.nack(lease, delay=delay))
             return
         self._last_errors.pop(lease.id, None)

@@ -198,10 +198,11 @@ def test_draft_copies_change_one_field_and_keep_every_other() -> None:
         "provider",
         "commit_status",
         "message",
+        "event_id",
     ]
     alert = parse_object(_alert("a"))
     first, second = parse_object(_provider("p")), parse_object(_provider("q"))
-    draft = Draft(_event(), alert, first, "status-id", Message("t", "x", "info"))  # type: ignore[arg-type]
+    draft = Draft(_event(), alert, first, "status-id", Message("t", "x", "info"), "event-1")  # type: ignore[arg-type]
     other = _event("other")
     assert draft.with_provider(second) == dataclasses.replace(draft, provider=second)  # type: ignore[arg-type]
     assert draft.with_event(other) == dataclasses.replace(draft, event=other)

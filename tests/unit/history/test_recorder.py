@@ -1,0 +1,88 @@
+"""The recorder (pure): every text masked as logs are and cut, the event's fields reused across its records,
+refusals within a budget, and a failing history that never fails the caller."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry
+
+from notification_controller.api.event import Event
+from notification_controller.core.redact import Redactor
+from notification_controller.history.memory import MemoryHistory
+from notification_controller.history.model import Outcome, Query, Record
+from notification_controller.history.recorder import REFUSED_BURST, Recorder
+from notification_controller.metrics import HistoryMetrics
+
+SECRET = "s3cr3t-T0KEN-value-4b7d"
+
+
+def event(message: str) -> Event:
+    return Event.from_raw(
+        {
+            "involvedObject": {"kind": "Kustomization", "namespace": "ns", "name": "app"},
+            "severity": "error",
+            "message": message,
+            "reason": "Failed",
+            "reportingController": "kustomize-controller",
+        }
+    )
+
+
+def recorder(history: MemoryHistory | None = None, registry: CollectorRegistry | None = None) -> Recorder:
+    redactor = Redactor()
+    redactor.set_source("canary", [SECRET])
+    history = MemoryHistory() if history is None else history
+    return Recorder(history, redactor, HistoryMetrics(registry or CollectorRegistry()))
+
+
+async def test_secrets_and_long_texts_are_masked_and_cut() -> None:
+    history = MemoryHistory()
+    rec = recorder(history)
+    rec.record(
+        Outcome.DROPPED,
+        event(f"token {SECRET} " + "x" * 65536),
+        "e",
+        detail=f"why {SECRET} " + "y" * 65536,
+        request=f"POST https://h/{SECRET}",
+    )
+    (r,) = await history.query(Query())
+    assert SECRET not in r.message + r.detail + r.request and "*****" in r.message
+    assert len(r.message) == 1024 and len(r.detail) == 1024 and r.message.endswith("…")
+    assert r.object == "Kustomization/ns/app" and r.severity == "error" and r.reason == "Failed"
+
+
+async def test_one_events_records_share_its_masked_fields() -> None:
+    history = MemoryHistory()
+    rec = recorder(history)
+    e = event(f"x {SECRET}")
+    rec.record(Outcome.DELIVERED, e, "e1", alert="ns/a")
+    rec.record(Outcome.SUPPRESSED, e, "e1", alert="ns/b", stage="silence")
+    second, first = await history.query(Query())
+    assert first.message is second.message  # masked once
+    rec.record(Outcome.DELIVERED, event("other"), "e2")
+    assert (await history.query(Query(limit=1)))[0].message == "other"
+
+
+def test_refusals_are_recorded_within_a_budget() -> None:
+    history = MemoryHistory()
+    registry = CollectorRegistry()
+    now = [0.0]
+    rec = Recorder(history, Redactor(), HistoryMetrics(registry), monotonic=lambda: now[0])
+    for _ in range(REFUSED_BURST * 10):
+        rec.refused(None, "e", 400, "bad_request", "invalid JSON")
+    assert len(history) == REFUSED_BURST
+    assert registry.get_sample_value("notification_history_dropped_total") == REFUSED_BURST * 9
+    now[0] += 1.0  # refills at REFUSED_RATE a second
+    rec.refused(None, "e", 413, "too_large")
+    assert len(history) == REFUSED_BURST + 1
+
+
+class Broken(MemoryHistory):
+    def record(self, r: Record, /) -> None:
+        raise RuntimeError("disk on fire")
+
+
+def test_a_failing_history_never_fails_the_caller() -> None:
+    registry = CollectorRegistry()
+    rec = Recorder(Broken(), Redactor(), HistoryMetrics(registry))
+    rec.record(Outcome.DELIVERED, event("m"), "e")
+    assert registry.get_sample_value("notification_history_dropped_total") == 1
