@@ -17,6 +17,7 @@ METRICS_PORT ?= 8080
 HEALTH_PORT ?= 9440
 SINK_PORT ?= 9999
 HOOK_PORT ?= 9595
+UI_PORT ?= 9494
 
 .PHONY: run test check lint types imports unit e2e bench soak crds fmt clean sink hook venv release image
 
@@ -44,7 +45,8 @@ MANIFESTS ?= examples/manifests
 run: $(RUN_STAMP)
 	$(PY) -m notification_controller --manifests $(MANIFESTS) --log-encoding console \
 		--events-addr 127.0.0.1:$(EVENTS_PORT) --receiverAddr 127.0.0.1:$(RECEIVER_PORT) \
-		--metrics-addr 127.0.0.1:$(METRICS_PORT) --health-addr 127.0.0.1:$(HEALTH_PORT)
+		--metrics-addr 127.0.0.1:$(METRICS_PORT) --health-addr 127.0.0.1:$(HEALTH_PORT) \
+		--ui-addr 127.0.0.1:$(UI_PORT)
 
 sink: $(RUN_STAMP)
 	$(PY) examples/sink.py $(SINK_PORT)

@@ -656,41 +656,44 @@ class Cluster:
         return rows
 
     def expire(self, namespace: str, name: str, now: datetime) -> Ended:
-        from .errors import KubeError
-        from .kube.client import MERGE_PATCH
+        return asyncio.run(self._run(lambda client: expire_in_cluster(client, namespace, name, now)))
 
-        async def work(client: KubeClient) -> Ended:
-            path = _path(namespace, name)
-            try:
-                current: dict[str, Any] = await client.request("GET", path)
-            except KubeError as exc:
-                if exc.not_found:
-                    raise SilenceError(f"Silence {namespace}/{name} not found") from None
-                raise SilenceError(f"cannot read the Silence: {_one_line(str(exc))}") from None
-            labels = (current.get("metadata") or {}).get("labels") or {}
-            owner = next((f"{k}={labels[k]}" for k in FLUX_OWNER_LABELS if k in labels), None)
-            if owner is not None:
-                raise SilenceError(
-                    f"Silence {namespace}/{name} is applied by Flux ({owner}), which would undo this change: "
-                    "set its spec.endsAt in Git"
-                )
-            with contextlib.suppress(ValueError):
-                ended = ended_at(Silence.model_validate(current), now)
-                if ended is not None:
-                    return Ended(current, "the cluster", already=ended)
-            try:
-                patched: dict[str, Any] = await client.request(
-                    "PATCH", path, body=expire_patch(current, now), content_type=MERGE_PATCH
-                )
-            except KubeError as exc:
-                if exc.conflict:
-                    raise SilenceError(
-                        f"Silence {namespace}/{name} changed while it was being expired; run expire again"
-                    ) from None
-                raise SilenceError(f"cannot expire the Silence: {_one_line(str(exc))}") from None
-            return Ended(patched, "the cluster")
 
-        return asyncio.run(self._run(work))
+async def expire_in_cluster(client: KubeClient, namespace: str, name: str, now: datetime) -> Ended:
+    """``expire`` through ``client``: read the Silence, refuse one Flux applies, merge-patch ``endsAt`` with
+    the ``resourceVersion`` read (the controller's web UI calls this too, with its own client)."""
+    from .errors import KubeError
+    from .kube.client import MERGE_PATCH
+
+    path = _path(namespace, name)
+    try:
+        current: dict[str, Any] = await client.request("GET", path)
+    except KubeError as exc:
+        if exc.not_found:
+            raise SilenceError(f"Silence {namespace}/{name} not found") from None
+        raise SilenceError(f"cannot read the Silence: {_one_line(str(exc))}") from None
+    labels = (current.get("metadata") or {}).get("labels") or {}
+    owner = next((f"{k}={labels[k]}" for k in FLUX_OWNER_LABELS if k in labels), None)
+    if owner is not None:
+        raise SilenceError(
+            f"Silence {namespace}/{name} is applied by Flux ({owner}), which would undo this change: "
+            "set its spec.endsAt in Git"
+        )
+    with contextlib.suppress(ValueError):
+        ended = ended_at(Silence.model_validate(current), now)
+        if ended is not None:
+            return Ended(current, "the cluster", already=ended)
+    try:
+        patched: dict[str, Any] = await client.request(
+            "PATCH", path, body=expire_patch(current, now), content_type=MERGE_PATCH
+        )
+    except KubeError as exc:
+        if exc.conflict:
+            raise SilenceError(
+                f"Silence {namespace}/{name} changed while it was being expired; run expire again"
+            ) from None
+        raise SilenceError(f"cannot expire the Silence: {_one_line(str(exc))}") from None
+    return Ended(patched, "the cluster")
 
 
 # ---- the command ---------------------------------------------------------------------------------------

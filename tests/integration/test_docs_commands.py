@@ -224,7 +224,7 @@ class Terminals:
 
 
 def _ports_free() -> bool:
-    for port in (9090, 9292, 8080, 9440, 9999, 9595):
+    for port in (9090, 9292, 8080, 9440, 9999, 9595, 9494):
         with socket.socket() as sock:
             if sock.connect_ex(("127.0.0.1", port)) == 0:
                 return False
@@ -242,7 +242,7 @@ def test_extraction_sees_the_pages_commands() -> None:
 @pytest.mark.timeout(180)
 def test_every_command_runs_as_written(clone: Path, tmp_path: Path) -> None:
     if not _ports_free():
-        pytest.skip("the demo's fixed ports (9090, 9292, 8080, 9440, 9999, 9595) are in use")
+        pytest.skip("the demo's fixed ports (9090, 9292, 8080, 9440, 9999, 9595, 9494) are in use")
     log = tmp_path / "servers.log"
     env = {**os.environ}
     env.pop("VIRTUAL_ENV", None)  # as a fresh shell: nothing activated, .venv/bin/... named as the pages do

@@ -23,7 +23,6 @@ errors alike (a middleware and ``on_response_prepare``, so nothing bypasses it):
 
 from __future__ import annotations
 
-import importlib
 import ipaddress
 import logging
 from collections.abc import Awaitable, Callable, Iterable
@@ -31,7 +30,9 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from .api import api_routes
 from .context import UIContext
+from .pages import page_routes
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +109,7 @@ def create_ui_app(ctx: UIContext) -> web.Application:
             return await handler(request)
         except web.HTTPException as exc:
             if exc.status < 400:  # redirects keep their Location
-                return exc
+                raise
             text = exc.text if exc.text and exc.content_type == "text/plain" else exc.reason
             answer = plain(exc.status, text.rstrip("\n") + "\n")
             if exc.status == 405:
@@ -121,25 +122,9 @@ def create_ui_app(ctx: UIContext) -> web.Application:
     app = web.Application(middlewares=[perimeter], client_max_size=MAX_BODY, handler_args=None)
     app.on_response_prepare.append(secure)
     app[CONTEXT] = ctx
-    from .pages import page_routes
-
+    app.add_routes(api_routes(ctx))  # first: its catch-all under /api/ answers JSON
     app.add_routes(page_routes(ctx))
-    api = _api_routes(ctx)
-    if api:
-        app.add_routes(api)
     return app
-
-
-def _api_routes(ctx: UIContext) -> list[web.RouteDef]:
-    """``api.py`` (the JSON API) when it is there; the pages work without it."""
-    try:
-        module = importlib.import_module(f"{__name__}.api")
-    except ModuleNotFoundError as exc:
-        if exc.name != f"{__name__}.api":
-            raise
-        return []
-    routes: list[web.RouteDef] = module.api_routes(ctx)
-    return routes
 
 
 def plain(status: int, text: str) -> web.Response:

@@ -38,6 +38,7 @@ from aiohttp import web
 
 from ...history import MAX_LIMIT, OUTCOMES, Query, Record
 from . import context
+from .actions import Guard, action_routes
 from .context import UIContext
 
 PAGE_LIMIT = 200
@@ -158,17 +159,19 @@ class Pages:
         self.ctx = ctx
         self.env = _environment()
         self.now: Callable[[], float] = time.time
+        self.guard = Guard(ctx.actions)
 
     def render(self, name: str, request: web.Request, **values: Any) -> web.Response:
         template = self.env.get_template(name)
+        signed_in, csrf = self.guard.session(request)
         common = {
-            "path": request.path,
+            "path": request.path if request.method in ("GET", "HEAD") else "/",
             "history_on": self.ctx.history is not None,
             "actions_on": self.ctx.actions is not None,
             "outcomes": sorted(OUTCOMES),
             "now": self.now(),
-            "csrf": "",
-            "signed_in": False,
+            "csrf": csrf,
+            "signed_in": signed_in,
             "live": "",
             "notice": "",
         }
@@ -312,5 +315,6 @@ def page_routes(ctx: UIContext) -> list[web.RouteDef]:
         web.get("/notifications/{notification_id}", pages.notification),
         web.get("/objects/{kind}/{namespace}/{name}", pages.object),
         web.get("/static/{name}", static),
+        *action_routes(ctx, pages.guard, pages.render),
     ]
     return routes
