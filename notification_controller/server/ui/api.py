@@ -44,8 +44,8 @@ from .context import UIContext, dead_letters, provider_health, silences
 
 log = logging.getLogger(__name__)
 
-MAX_VALUE = 1024
-"""Characters a query parameter may have (an object reference is well under 300)."""
+MAX_VALUE = 512
+"""Characters a query parameter may have (an object reference is well under 300; the pages' filters too)."""
 QUERY_TIMEOUT = 10.0
 """Seconds a history query may take (a durable store's) before the answer is a 503."""
 HEARTBEAT = 15.0

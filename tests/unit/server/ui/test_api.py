@@ -73,7 +73,7 @@ def test_every_parameter_reaches_the_query() -> None:
         ({"limit": "0"}, "limit:"),
         ({"limit": "ten"}, "limit: 'ten' is not a number"),
         ({"outcomes": "failed"}, "outcomes: unknown parameter"),
-        ({"alert": "a/" + "b" * 2000}, "alert: longer than 1024 characters"),
+        ({"alert": "a/" + "b" * 2000}, "alert: longer than 512 characters"),
     ],
 )
 def test_a_bad_parameter_is_named(params: dict[str, str], names: str) -> None:
