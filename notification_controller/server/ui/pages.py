@@ -45,6 +45,8 @@ PAGE_LIMIT = 200
 """Decisions a page shows by default (``?limit=`` up to ``history.MAX_LIMIT``)."""
 MAX_PARAM = 512
 """Characters a filter parameter may have (an object reference is far shorter)."""
+MAX_OBJECT_ROWS = 2000
+"""Alerts, Providers and Receivers the overview lists (a page of 10,000 rows helps nobody; ``get`` lists all)."""
 FILTERS = ("object", "alert", "provider", "outcome")
 OBJECT_KINDS_BY_ROLE = {"Alert": "alert", "Provider": "provider"}
 """Kinds whose page lists the decisions they made (``alert=``/``provider=``) rather than the events about them."""
@@ -190,7 +192,8 @@ class Pages:
         return self.render(
             "overview.html",
             request,
-            objects=objects,
+            objects=objects[:MAX_OBJECT_ROWS],
+            more_objects=max(0, len(objects) - MAX_OBJECT_ROWS),
             providers=await context.provider_health(self.ctx),
             durable=self.ctx.store is not None,
             dead_letters=await context.dead_letters(self.ctx),
@@ -290,10 +293,10 @@ def _by_notification(records: Iterable[Record]) -> list[list[Record]]:
 
 
 def _static_files() -> dict[str, tuple[bytes, str]]:
-    """The two static files, read once (a few KB): served from memory, so the installed wheel needs no
+    """The static files, read once (a few KB): served from memory, so the installed wheel needs no
     file-system layout beyond its package data."""
     root = resources.files("notification_controller.server.ui") / "static"
-    types = {"live.js": "text/javascript", "ui.css": "text/css"}
+    types = {"live.js": "text/javascript", "ui.css": "text/css", "favicon.svg": "image/svg+xml"}
     return {name: (root.joinpath(name).read_bytes(), ctype) for name, ctype in types.items()}
 
 

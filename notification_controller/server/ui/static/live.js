@@ -39,10 +39,11 @@
   }
   function row(r) {
     var tr = el("tr", "", "decision fresh");
-    cell(tr, el("span", when(r.time)));
-    cell(tr, r.alert ? link("/objects/Alert/" + ns(r.alert), r.alert) : el("span", "\u2014"));
-    cell(tr, r.provider ? link("/objects/Provider/" + ns(r.provider), r.provider) : null);
+    cell(tr, el("span", when(r.time))).className = "nw";
+    cell(tr, r.alert ? link("/objects/Alert/" + ns(r.alert), r.alert) : el("span", "\u2014")).className = "nw";
+    cell(tr, r.provider ? link("/objects/Provider/" + ns(r.provider), r.provider) : null).className = "nw";
     var o = cell(tr, el("span", r.outcome, "outcome o-" + r.outcome));
+    o.className = "nw";
     if (r.attempt) o.appendChild(el("span", " #" + r.attempt, "muted"));
     cell(tr, el("span", r.stage));
     var d = cell(tr, el("span", r.detail));
