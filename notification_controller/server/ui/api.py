@@ -335,6 +335,11 @@ async def _tail(answer: web.StreamResponse, records: AsyncIterator[Record], q: Q
     except ConnectionError:
         log.debug("ui api: live stream closed by the client")
         return True
+    except (
+        Exception
+    ) as exc:  # the history's tail failed (a store error): end this stream, EventSource retries
+        log.warning("ui api: live stream ended: the history's tail failed: %s", type(exc).__name__)
+        return True
     finally:
         if pending is not None:
             pending.cancel()
