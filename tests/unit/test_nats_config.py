@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
+from notification_controller.objects.yamldoc import BaseLoader as KubeYAML  # kustomize writes `=` plain
+
 CONFIG = Path(__file__).resolve().parents[2] / "config"
 _KUBECTL = shutil.which("kubectl")
 pytestmark = pytest.mark.skipif(_KUBECTL is None, reason="kubectl is not installed")
@@ -33,7 +35,7 @@ def _render(overlay: str) -> list[Obj]:
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    return [d for d in yaml.safe_load_all(done.stdout) if d]
+    return [d for d in yaml.load_all(done.stdout, Loader=KubeYAML) if d]
 
 
 def _one(objects: list[Obj], kind: str, name: str | None = None) -> Obj:
