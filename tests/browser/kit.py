@@ -90,6 +90,11 @@ def start_browser(profile: Path) -> WebDriver:
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     service = Service(executable_path=str(CHROMEDRIVER), log_output=subprocess.DEVNULL)
     driver = webdriver.Chrome(service=service, options=options)
+    # the viewport itself is WIDTH x HEIGHT (--window-size counts the window, not the page: 1280x657 here)
+    driver.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": WIDTH, "height": HEIGHT, "deviceScaleFactor": 1, "mobile": False},
+    )
     driver.set_page_load_timeout(WAIT)
     driver.set_script_timeout(WAIT)
     return driver
