@@ -33,6 +33,9 @@ class MemoryHistory:
     def __len__(self) -> int:
         return len(self._ring)
 
+    def __bool__(self) -> bool:  # a history is there even while empty (``if history:`` must not say no)
+        return True
+
     def record(self, r: Record, /) -> None:
         self._ring.append(r)
         if self._metrics is not None:

@@ -156,7 +156,11 @@ class SQLiteHistory:
             target=self._main, args=(opened, loop), name="history-sqlite", daemon=True
         )
         self._thread.start()
-        await opened
+        try:
+            await opened
+        except BaseException:
+            self._thread = None  # the thread has ended: a later start tries again
+            raise
 
     async def close(self) -> None:
         self._live.close()
@@ -172,9 +176,7 @@ class SQLiteHistory:
     def record(self, r: Record, /) -> None:
         buffer = self._buffer
         if len(buffer) >= BUFFER:
-            self.dropped += 1
-            if self.metrics is not None:
-                self.metrics.dropped.inc()
+            self._drop_one()
             return
         buffer.append(r)
         if self.metrics is not None:
@@ -186,6 +188,11 @@ class SQLiteHistory:
 
     def subscribe(self) -> AsyncIterator[Record]:
         return self._live.subscribe()
+
+    def _drop_one(self) -> None:
+        self.dropped += 1
+        if self.metrics is not None:
+            self.metrics.dropped.inc()  # prometheus_client's counters are thread-safe
 
     # ---- the writer thread ------------------------------------------------------------------------------
     def _main(self, opened: asyncio.Future[None], loop: asyncio.AbstractEventLoop) -> None:
@@ -211,6 +218,10 @@ class SQLiteHistory:
                         self.sweep_bytes(conn)
                 except sqlite3.Error as exc:  # locked by the store, disk full: try again next time
                     log.warning("history: could not write to %s: %s", self.path.name, exc)
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+                except Exception as exc:  # a bug: the thread must live on (records would pile up unwritten)
+                    log.error("history: writer failed: %s: %s", type(exc).__name__, exc)
                     with contextlib.suppress(sqlite3.Error):
                         conn.execute("ROLLBACK")
                 if stopping:
@@ -243,7 +254,12 @@ class SQLiteHistory:
         rows = []
         added = 0
         for r in batch:
-            data = orjson.dumps(r.to_json())
+            try:
+                data = orjson.dumps(r.to_json())
+            except (TypeError, ValueError, OverflowError) as exc:  # cannot happen with a Record; counted
+                log.error("history: record not serialisable: %s", exc)
+                self._drop_one()
+                continue
             size = row_bytes(data, r)
             added += size
             rows.append(
@@ -260,9 +276,7 @@ class SQLiteHistory:
             buffer.extendleft(reversed(batch))  # kept for the next flush (the buffer's bound still holds)
             while len(buffer) > BUFFER:
                 buffer.pop()
-                self.dropped += 1
-                if self.metrics is not None:
-                    self.metrics.dropped.inc()
+                self._drop_one()
             raise
         self.total_bytes += added
         self.rows += len(rows)

@@ -138,3 +138,24 @@ async def test_a_reader_changes_nothing(tmp_path: Path) -> None:
     assert isinstance(reader, SQLiteHistory)
     await reader.start()
     assert await reader.query(Query()) == []  # the controller has not recorded yet: no table, no error
+
+
+async def test_a_start_refused_by_a_lock_can_be_tried_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(backend, "BUSY_TIMEOUT", 0.1)
+    path = tmp_path / "s.db"
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("CREATE TABLE outbox (x)")
+    holder.execute("BEGIN EXCLUSIVE")  # the store's writer, busy
+    history = SQLiteHistory(path)
+    try:
+        with pytest.raises(StoreError, match="locked"):
+            await history.start()
+        holder.execute("COMMIT")
+        await history.start()  # the app's retry
+        history.record(rec(1))
+        await written(history, 1)
+    finally:
+        holder.close()
+        await history.close()
