@@ -37,9 +37,11 @@ from .dispatch.builder import build as build_pipeline
 from .dispatch.duplicates import SharedDuplicateWindow
 from .dispatch.quiet.held import held_total
 from .errors import ConfigError, KubeError, StoreError
+from .history import History, open_history
+from .history.recorder import Recorder
 from .hooks import Hooks, load_hooks_config
 from .lib.clock import Clock, SystemClock
-from .metrics import DeliveryMetrics, EventMetrics, InhibitMetrics, NoiseMetrics
+from .metrics import DeliveryMetrics, EventMetrics, HistoryMetrics, InhibitMetrics, NoiseMetrics
 from .objects.base import Change, Cluster, ObjectStore, secret_data
 from .objects.graph import FluxGraph, GraphSource
 from .outbound import OutboundHTTP, RetryPolicy
@@ -96,6 +98,12 @@ class App:
         self.store = ObjectStore(namespaces=namespaces)
         self.store.subscribe(self._on_change)
         self.metrics = EventMetrics(self.registry)
+        # the history of decisions, next to the --store (history/, docs/history.md); None: --history=false
+        history_metrics = HistoryMetrics(self.registry)
+        self.history: History | None = open_history(s.history, s.store, metrics=history_metrics)
+        self.decisions = (
+            Recorder(self.history, self.redactor, history_metrics) if self.history is not None else None
+        )
         self.http = OutboundHTTP(self.retry)
         self.cluster: Cluster
         self._feeder: Any = None
@@ -191,6 +199,7 @@ class App:
             on_paused=self._delivery_paused,
             graph=graph,
             inhibit_metrics=inhibit_metrics,
+            history=self.decisions,
         )
         self.dispatcher = self.pipeline.dispatcher
         self.outbox = self.pipeline.outbox
@@ -232,6 +241,19 @@ class App:
         log.info("state store %s ready: durable delivery from the outbox", self.state.kind)
         self._state_open = True
         self.outbox.runner.start()
+
+    async def _open_history(self, history: History) -> None:
+        """Open the history's store, retrying as the state store does; a history that cannot be opened never
+        stops the controller (its records are dropped and counted meanwhile)."""
+        delay = 0.5
+        while True:
+            try:
+                await history.start()
+                return
+            except StoreError as exc:
+                log.error("history unavailable, retrying in %gs: %s", delay, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
 
     def _on_change(self, change: Change) -> None:
         if change.kind == "Secret":
@@ -309,10 +331,13 @@ class App:
 
     async def start(self) -> None:
         s = self.settings
+        ui = self._ui_app() if s.ui.addr else None  # first: a bad --ui-* flag fails before anything starts
         await self.http.start()
         self._tasks.append(asyncio.create_task(self.sandbox.run(), name="sandbox"))
         if self.state is not None:
             self._tasks.append(asyncio.create_task(self._open_state(), name="state-store"))
+        if self.history is not None:  # recording buffers (bounded) until it is open
+            self._tasks.append(asyncio.create_task(self._open_history(self.history), name="history"))
         probe = self._probe_state if self.state is not None else None
         await self._serve(
             "health", create_health_app(self.ready, probe, self._status_objects), s.server.health_addr
@@ -331,13 +356,14 @@ class App:
             ready=self.ready,
             shared_window=self.shared_window,
             export_path_metrics=s.server.export_http_path_metrics,
+            history=self.decisions,
         ).server()
         host, port = split_addr(s.server.events_addr)
         self.ports["events"] = await self._event_server.start(host, port)
         log.info("events server listening on %s", f"{host or '0.0.0.0'}:{self.ports['events']}")
         await self._serve("receiver", self._receiver_app(), s.server.receiver_addr)
-        if s.ui.addr:  # the web UI (docs/ui.md): off unless --ui-addr
-            await self._serve("ui", self._ui_app(), s.ui.addr)
+        if ui is not None:  # the web UI (docs/ui.md): off unless --ui-addr
+            await self._serve("ui", ui, s.ui.addr)
         self._serving = True
         self._tasks.extend(self._controllers())
         flushed = asyncio.create_task(self.noise.run(self.dispatcher.enqueue), name="noise-groups")
@@ -363,7 +389,7 @@ class App:
             return found.state.value if found is not None else None
 
         context = UIContext(
-            history=getattr(self, "history", None),
+            history=self.history,
             objects=self.store,
             status=lambda: status_rows(self._status_objects()),
             store=self.state,
@@ -426,6 +452,8 @@ class App:
                 await task
         if not self.settings.local_mode:
             await self._kube.stop()
+        if self.history is not None:  # after the drain: the last decisions are written
+            await self.history.close()
         if self.state is not None:
             await self.state.close()
         await self.http.close()
