@@ -19,7 +19,7 @@ import logging
 import signal
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
@@ -57,6 +57,9 @@ from .store import store_from_settings
 from .store.base import Store
 from .store.instrumented import InstrumentedStore
 from .store.memory import MemoryStore
+
+if TYPE_CHECKING:
+    from .server.ui.context import Actions
 
 log = logging.getLogger(__name__)
 
@@ -388,6 +391,7 @@ class App:
             found = outbox.runner.breaker(lane) if outbox is not None else None
             return found.state.value if found is not None else None
 
+        actions = self._ui_actions() if s.ui.actions_token_file is not None else None
         context = UIContext(
             history=self.history,
             objects=self.store,
@@ -398,8 +402,50 @@ class App:
             settings=s,
             clock=self.clock,
             allowed_hosts=tuple(h.strip() for h in s.ui.allowed_hosts.split(",") if h.strip()),
+            actions=actions,
         )
         return create_ui_app(context)
+
+    def _ui_actions(self) -> Actions:
+        """``--ui-actions-token-file``: the UI may replay dead letters and expire Silences (docs/ui.md). The
+        token file must be readable at start (a typo fails here, not at the first click)."""
+        from .server.ui.actions import TokenFile
+        from .server.ui.context import Actions, UIActionError
+        from .silences import Directory, SilenceError, UsageError, expire_in_cluster
+
+        s, state = self.settings, self.state
+        assert s.ui.actions_token_file is not None
+        token = TokenFile(s.ui.actions_token_file)
+        if not token():
+            raise ConfigError(
+                f"--ui-actions-token-file {s.ui.actions_token_file}: missing, unreadable or empty"
+            )
+
+        async def replay(ident: str) -> bool:
+            assert state is not None
+            return await state.replay([ident]) > 0
+
+        async def expire(namespace: str, name: str) -> str:
+            now = self.clock.now()
+            try:
+                if s.manifests is not None:
+                    if not s.manifests.is_dir():
+                        raise UIActionError(
+                            f"--manifests {s.manifests} is one file: set the Silence's spec.endsAt there"
+                        )
+                    ended = await asyncio.to_thread(Directory(s.manifests).expire, namespace, name, now)
+                else:
+                    ended = await expire_in_cluster(self.kube.client, namespace, name, now)
+            except (SilenceError, UsageError) as exc:
+                raise UIActionError(str(exc)) from None
+            if ended.already is not None:
+                return f"Silence {namespace}/{name} had already ended ({ended.already}); nothing changed."
+            where = (
+                "" if s.manifests is None else f" in {ended.where}; the controller reads it on its next poll"
+            )
+            return f"Silence {namespace}/{name} expired{where}."
+
+        return Actions(token=token, replay=replay if state is not None else None, expire_silence=expire)
 
     def _receiver_app(self) -> web.Application:
         # imported here: the receiver server pulls in PyJWT (OIDC), which the event path never needs

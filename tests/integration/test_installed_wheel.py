@@ -30,7 +30,7 @@ import aiohttp
 import pytest
 
 from tests.support.capture import CaptureServer
-from tests.support.ports import listener_ports
+from tests.support.ports import free_port, listener_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = ROOT / "pyproject.toml"
@@ -150,7 +150,7 @@ async def test_readme_demo_through_the_installed_console_script(venv: Path, tmp_
         shutil.copytree(ROOT / "examples" / "manifests", manifests)
         text = (manifests / "notifications.yaml").read_text().replace("http://127.0.0.1:9999", sink.url)
         (manifests / "notifications.yaml").write_text(text)
-        ports = listener_ports()
+        ports = {**listener_ports(), "ui": free_port()}
         proc = await asyncio.create_subprocess_exec(
             str(venv / "notification-controller"),
             "--manifests",
@@ -161,6 +161,7 @@ async def test_readme_demo_through_the_installed_console_script(venv: Path, tmp_
             f"--receiverAddr=127.0.0.1:{ports['receiver']}",
             f"--metrics-addr=127.0.0.1:{ports['metrics']}",
             f"--health-addr=127.0.0.1:{ports['health']}",
+            f"--ui-addr=127.0.0.1:{ports['ui']}",
             cwd=tmp_path,
             env=_clean_env(),
             stdout=asyncio.subprocess.PIPE,
@@ -209,6 +210,17 @@ async def test_readme_demo_through_the_installed_console_script(venv: Path, tmp_
                     assert resp.status == 405
                 async with session.get(f"http://127.0.0.1:{ports['metrics']}/metrics") as resp:
                     metrics = await resp.text()
+                # the web UI: its templates and static files are package data of the wheel
+                ui = f"http://127.0.0.1:{ports['ui']}"
+                for path, expected in [
+                    ("/", "local-sink"),
+                    ("/events", "Events"),
+                    ("/static/live.js", "EventSource"),
+                    ("/static/ui.css", "font"),
+                ]:
+                    async with session.get(ui + path) as resp:
+                        assert resp.status == 200, (path, resp.status)
+                        assert expected in await resp.text(), path
             assert 'notification_controller_build_info{python="' in metrics
             assert f'version="{VERSION}"}} 1.0' in metrics
             assert (
