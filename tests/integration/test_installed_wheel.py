@@ -214,7 +214,7 @@ async def test_readme_demo_through_the_installed_console_script(venv: Path, tmp_
                 ui = f"http://127.0.0.1:{ports['ui']}"
                 for path, expected in [
                     ("/", "local-sink"),
-                    ("/events", "Events"),
+                    ("/events", "o-delivered"),  # the event posted above, delivered
                     ("/static/live.js", "EventSource"),
                     ("/static/ui.css", "font"),
                 ]:
