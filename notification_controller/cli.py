@@ -169,6 +169,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "notification_controller.silences:main",
         "add, list or expire Silences (hold matching notifications for a while)",
     ),
+    "history": (
+        "notification_controller.history_cli:main",
+        "show what was decided about past events: delivered, failed, suppressed, dropped...",
+    ),
     "version": ("notification_controller.cli:version_main", "print the version"),
 }
 """Subcommand -> (``"module:function"`` taking the arguments after the name and returning the exit status,
