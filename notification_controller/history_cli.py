@@ -94,8 +94,11 @@ def _parser() -> argparse.ArgumentParser:
     source.add_argument("--server", metavar="http://HOST:PORT", help="a running controller's --ui-addr")
     source.add_argument("--store", metavar="sqlite:PATH|nats://…", help="the controller's --store")
     for name in ("nats_creds", "nats_password_file", "nats_tls_ca", "nats_tls_cert", "nats_tls_key"):
-        parser.add_argument("--store-" + name.replace("_", "-"), dest=name, type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--store-nats-user", dest="nats_user", default="", help=argparse.SUPPRESS)
+        flag = "--store-" + name.replace("_", "-")
+        parser.add_argument(flag, dest=name, type=Path, metavar="PATH", help=f"as the controller's {flag}")
+    parser.add_argument(
+        "--store-nats-user", dest="nats_user", default="", help="as the controller's --store-nats-user"
+    )
     add_output_flag(parser)
     return parser
 
