@@ -23,7 +23,10 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 MAX_TEXT = 1024
-"""Longest message or detail kept in a record (characters); longer texts are cut and marked ``…``."""
+"""Longest message or detail kept in a record (characters); longer texts are cut and end in ``CUT``."""
+
+CUT = "..."
+"""ASCII: one non-ASCII character would make Python store the whole 1 KiB text at two bytes a character."""
 
 MAX_LIMIT = 1000
 """Most records one query answers."""
@@ -47,8 +50,8 @@ OUTCOMES = frozenset(o.value for o in Outcome)
 
 
 def cut(text: str, limit: int = MAX_TEXT) -> str:
-    """``text`` cut to ``limit`` characters (the last one ``…`` when cut)."""
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    """``text`` cut to ``limit`` characters (the last ones ``CUT`` when cut)."""
+    return text if len(text) <= limit else text[: limit - len(CUT)] + CUT
 
 
 _SUFFIX = os.urandom(2).hex()  # 4 hex characters: this process

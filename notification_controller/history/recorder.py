@@ -25,7 +25,7 @@ from ..api.event import Event
 from ..core.redact import Redactor
 from ..lib.tokenbucket import Bucket
 from ..metrics import HistoryMetrics
-from .model import MAX_TEXT, History, Outcome, Record, new_record_id
+from .model import CUT, MAX_TEXT, History, Outcome, Record, new_record_id
 
 REFUSED_RATE = 10.0
 REFUSED_BURST = 100
@@ -57,7 +57,7 @@ class Recorder:
         """``text`` masked and cut to ``MAX_TEXT`` (cut first: a 3 MiB message is not scanned whole)."""
         if len(text) > MAX_TEXT:
             text = text[: MAX_TEXT * 2]
-            text = self.redactor(text)[: MAX_TEXT - 1] + "…"
+            text = self.redactor(text)[: MAX_TEXT - len(CUT)] + CUT
             return text
         return self.redactor(text)
 

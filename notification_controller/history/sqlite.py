@@ -3,8 +3,8 @@
 **Never on the pipeline's path.** ``record`` appends to a bounded in-memory buffer (``BUFFER`` records; a
 full buffer drops the record and counts ``notification_history_dropped_total``) and returns; a writer thread
 owns its own connection (as ``store/sqlite.py``'s does: the event loop never touches the disk) and inserts
-what accumulated in one transaction every ``FLUSH_INTERVAL`` seconds, or as soon as ``BATCH`` records
-wait. A POST or a delivery therefore never waits on the disk, and SQLite's write lock is taken for a few
+what accumulated every ``FLUSH_INTERVAL`` seconds, or as soon as ``BATCH`` records wait, in transactions of
+``BATCH`` records (the WAL grows by one such transaction at most, and is cut back to 4 MiB). A POST or a delivery therefore never waits on the disk, and SQLite's write lock is taken for a few
 milliseconds per batch, shared fairly with the store's own writer (both wait for the lock a bounded time:
 a batch that cannot get it is retried at the next flush). Queries read on a thread with a connection of
 their own (WAL: readers do not block the writers) and see the records not yet written too.
@@ -58,6 +58,8 @@ SWEEP_CHUNK = 2000
 """Rows one retention statement deletes at most (a few ms of write lock)."""
 BUSY_TIMEOUT = 2.0
 """Seconds the writer waits for the store's write lock before it tries again at the next flush."""
+JOURNAL_SIZE_LIMIT = 4 << 20
+"""Bytes a checkpointed WAL is cut back to (as the store's connection does)."""
 ROW_OVERHEAD = 64
 """Bytes counted per row beyond its texts: rowid, numbers, the index entries' own keys."""
 
@@ -210,12 +212,13 @@ class SQLiteHistory:
                 self._wake.clear()
                 stopping = self._stop
                 try:
-                    self._flush(conn)
+                    while self._buffer:  # a transaction per BATCH: the WAL grows by one batch at most
+                        self._flush(conn)
+                        if self.total_bytes > self.max_bytes:
+                            self.sweep_bytes(conn)
                     if time.monotonic() >= next_sweep:
                         self.sweep_age(conn)
                         next_sweep = time.monotonic() + SWEEP_INTERVAL
-                    if self.total_bytes > self.max_bytes:
-                        self.sweep_bytes(conn)
                 except sqlite3.Error as exc:  # locked by the store, disk full: try again next time
                     log.warning("history: could not write to %s: %s", self.path.name, exc)
                     with contextlib.suppress(sqlite3.Error):
@@ -236,6 +239,7 @@ class SQLiteHistory:
                 conn.execute("PRAGMA auto_vacuum=INCREMENTAL")  # as the store does on a file it creates
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute(f"PRAGMA journal_size_limit={JOURNAL_SIZE_LIMIT}")  # per connection, as the store's
             conn.executescript("BEGIN IMMEDIATE;" + _SCHEMA + "COMMIT;")
             total, rows = conn.execute("SELECT COALESCE(SUM(size), 0), COUNT(*) FROM history").fetchone()
             self.total_bytes, self.rows = int(total), int(rows)
@@ -249,7 +253,7 @@ class SQLiteHistory:
         if not buffer:
             return
         batch: list[Record] = []
-        while buffer and len(batch) < BUFFER:
+        while buffer and len(batch) < BATCH:
             batch.append(buffer.popleft())
         rows = []
         added = 0

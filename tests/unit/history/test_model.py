@@ -115,7 +115,7 @@ def test_ids_are_unique_and_sort_by_time() -> None:
 def test_cut_marks_what_it_cut() -> None:
     assert cut("short") == "short"
     long = cut("x" * 65536)
-    assert len(long) == MAX_TEXT and long.endswith("…")
+    assert len(long) == MAX_TEXT and long.endswith("...")
 
 
 def test_rfc3339_both_ways() -> None:

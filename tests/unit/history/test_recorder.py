@@ -46,7 +46,7 @@ async def test_secrets_and_long_texts_are_masked_and_cut() -> None:
     )
     (r,) = await history.query(Query())
     assert SECRET not in r.message + r.detail + r.request and "*****" in r.message
-    assert len(r.message) == 1024 and len(r.detail) == 1024 and r.message.endswith("…")
+    assert len(r.message) == 1024 and len(r.detail) == 1024 and r.message.endswith("...")
     assert r.object == "Kustomization/ns/app" and r.severity == "error" and r.reason == "Failed"
 
 
