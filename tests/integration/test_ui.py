@@ -540,3 +540,17 @@ async def test_live_stream_through_the_perimeter_and_its_cap(tmp_path: Path) -> 
                 await asyncio.sleep(0.05)
             for other in others:
                 other.close()
+
+
+async def test_open_live_streams_do_not_hold_the_shutdown(tmp_path: Path) -> None:
+    """A live stream never ends by itself: the UI ends them at shutdown (they held SIGTERM 10 s each before)."""
+    async with aiohttp.ClientSession() as http:
+        context = ui_app(tmp_path)
+        app = await context.__aenter__()
+        streams = [await http.get(base(app) + "/api/stream") for _ in range(3)]
+        assert {s.status for s in streams} == {200}
+        started = time.monotonic()
+        await context.__aexit__(None, None, None)
+        assert time.monotonic() - started < 3.0
+        for stream in streams:
+            stream.close()
