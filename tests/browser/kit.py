@@ -360,6 +360,9 @@ class Site:
             time.sleep(0.1)  # polling the API: the test runs outside the controller's event loop
 
     def stop(self) -> None:
+        """Stop the controller (SIGTERM) and the sinks; a second call does nothing."""
+        if self.loop.loop.is_closed():
+            return
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:

@@ -14,6 +14,7 @@ Every wait is explicit (WebDriverWait or a poll of the API with a deadline); not
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +27,7 @@ from selenium.webdriver.chrome.webdriver import WebDriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
 
-from tests.browser.kit import PROVIDER_ANSWER, Site, console, event, http, wait_until
+from tests.browser.kit import PROVIDER_ANSWER, Site, console, event, http, running_site, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 README_EVENT = json.loads((ROOT / "examples" / "event.json").read_text(encoding="utf-8"))
@@ -80,6 +81,7 @@ def page(browser: WebDriver, site: Site) -> Iterator[WebDriver]:
     """The browser, its console emptied before the test and checked for script errors after."""
     console(browser)
     yield browser
+    browser.get("about:blank")  # ends the page's live stream (test_stop_with_a_live_page_open is about it)
     errors = [
         e
         for e in console(browser)
@@ -374,3 +376,24 @@ def test_csp_headers_and_inline_script_blocked(page: WebDriver, site: Site, post
     assert page.execute_script("return window.__inline === undefined")
     # the page's own script (served from 'self') did run: live updates are wired
     assert page.execute_script("return document.querySelector('script[src=\"/static/live.js\"]') !== null")
+
+
+def test_stop_with_a_live_page_open(browser: WebDriver, tmp_path: Path) -> None:
+    """A browser tab left open on /events must not delay a rollout: SIGTERM drains deliveries within
+    --shutdown-grace, and a UI stream that holds the listener eats Kubernetes' 30 s before the drain starts."""
+    with running_site(tmp_path) as other:
+        load(browser, other, "/events")
+        message = "Live before the stop"
+        assert other.post(event("apps", message)) == 202
+        wait_until(
+            browser,
+            lambda d: [
+                e for e in d.find_elements(By.CSS_SELECTOR, "#events tbody.event") if message in e.text
+            ],
+            "the stream connected (a live row)",
+        )
+        started = time.monotonic()
+        other.stop()
+        took = time.monotonic() - started
+    browser.get("about:blank")
+    assert took < 5.0, f"the controller took {took:.1f}s to stop with a live page open"
