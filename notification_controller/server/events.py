@@ -149,9 +149,7 @@ class EventEndpoint:
             self.metrics.events_rejected.labels(reason=reason).inc()
             log.debug("rejecting event: the HTTP server answered %d", status)
             if self.history is not None:
-                self.history.refused(
-                    None, new_id(), status, reason, f"the HTTP server answered {status}"
-                )
+                self.history.refused(None, new_id(), status, reason, f"the HTTP server answered {status}")
         response = Response(status, close=True)
         self._observe(request, status, 0, time.perf_counter())
         return response
@@ -212,9 +210,7 @@ class EventEndpoint:
         if not self.ready():
             metrics.events_rejected.labels(reason="not_ready").inc()
             if self.history is not None:
-                self.history.refused(
-                    event, new_id(), 503, "not_ready", "the controller is not ready yet"
-                )
+                self.history.refused(event, new_id(), 503, "not_ready", "the controller is not ready yet")
             return Response(503, {"Retry-After": "5"})
         key = event_key(event)
         if self.shared_window is not None:
@@ -298,9 +294,7 @@ class EventEndpoint:
     def _store_unavailable(self, event: Event, exc: StoreError) -> Response:
         self.metrics.events_rejected.labels(reason="store_unavailable").inc()
         if self.history is not None:
-            self.history.refused(
-                event, new_id(), 503, "store_unavailable", f"state store unavailable: {exc}"
-            )
+            self.history.refused(event, new_id(), 503, "store_unavailable", f"state store unavailable: {exc}")
         log.warning("refusing event for %s (503): %s", event.involved_object.describe(), exc)
         return Response.text(503, "state store unavailable\n", {"Retry-After": "5"})
 
