@@ -27,6 +27,7 @@ from yarl import URL
 from notification_controller.app import App
 from notification_controller.errors import ConfigError
 from notification_controller.server.ui import CSP
+from notification_controller.server.ui.actions import GUESS_BURST
 from notification_controller.server.ui.context import MAX_STREAMS
 from notification_controller.settings import ServerSettings, Settings, StoreSettings, UISettings
 from notification_controller.silences import main as silences_main
@@ -554,3 +555,27 @@ async def test_open_live_streams_do_not_hold_the_shutdown(tmp_path: Path) -> Non
         assert time.monotonic() - started < 3.0
         for stream in streams:
             stream.close()
+
+
+async def test_guessing_the_token_is_throttled(tmp_path: Path) -> None:
+    """Ten wrong tokens at once, then ten a minute: past that every attempt, even the right token, is a 429
+    with Retry-After until a guess is allowed again; reading is never affected."""
+    async with ui_app(tmp_path, ui=actions_ui(tmp_path)) as app, aiohttp.ClientSession() as http:
+        url = base(app) + "/actions/dead-letters/replay"
+        answers = []
+        for i in range(GUESS_BURST + 5):
+            guess = {"Authorization": f"Bearer guess-{i}"} if i % 2 else {}
+            if guess:
+                async with http.post(url, data={"id": "x"}, headers=guess) as resp:
+                    answers.append(resp.status)
+            else:
+                async with http.post(base(app) + "/login", data={"token": f"guess-{i}"}) as resp:
+                    answers.append(resp.status)
+        assert answers[:GUESS_BURST] == [403] * GUESS_BURST
+        assert set(answers[GUESS_BURST:]) == {429}
+        async with http.post(base(app) + "/login", data={"token": TOKEN}, allow_redirects=False) as resp:
+            assert resp.status == 429
+            assert 1 <= int(resp.headers["Retry-After"]) <= 7
+            assert_secure(resp)
+        async with http.get(base(app) + "/") as resp:
+            assert resp.status == 200

@@ -121,8 +121,9 @@ def create_ui_app(ctx: UIContext) -> web.Application:
                 raise
             text = exc.text if exc.text and exc.content_type == "text/plain" else exc.reason
             answer = plain(exc.status, text.rstrip("\n") + "\n")
-            if exc.status == 405:
-                answer.headers["Allow"] = exc.headers.get("Allow", "GET, HEAD")
+            for name in ("Allow", "Retry-After"):
+                if name in exc.headers:
+                    answer.headers[name] = exc.headers[name]
             return answer
 
     async def secure(_: web.Request, response: web.StreamResponse) -> None:

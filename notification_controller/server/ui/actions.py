@@ -13,7 +13,8 @@ button. With it, a POST to an action is done only for a caller who proves the to
   which a POST must echo (``SameSite=Strict`` already keeps the cookie off cross-site requests; the token
   also covers a same-site attacker and old browsers).
 
-Comparisons are constant time (``hmac.compare_digest`` on bytes). A token file that cannot be read or is
+Comparisons are constant time (``hmac.compare_digest`` on bytes), and wrong tokens are rate-limited for the
+whole listener (``Guard``: ten at once, then ten a minute; past that 429 with ``Retry-After``). A token file that cannot be read or is
 empty refuses every action (and is logged once per change, at error: an operator's mistake, not a
 client's). Before any of this, ``__init__.py`` has refused a foreign ``Host`` or ``Origin``.
 
@@ -26,12 +27,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from aiohttp import web
 
+from ...lib.tokenbucket import Bucket
 from .context import Actions, UIActionError, UIContext
 
 log = logging.getLogger(__name__)
@@ -43,6 +46,9 @@ MAX_TOKEN_FILE = 4096
 """Bytes read from the token file (a token is far shorter; a wrong path must not read a large file)."""
 MAX_FIELD = 512
 """Characters of a form field (an id, a namespace, a name)."""
+GUESS_BURST = 10
+GUESS_RATE = 10 / 60
+"""Wrong tokens allowed: a burst of ``GUESS_BURST``, then ten a minute (for the whole listener)."""
 
 
 class TokenFile:
@@ -102,11 +108,37 @@ def bearer_valid(token: bytes, header: str) -> bool:
 
 
 class Guard:
-    """Who is signed in, and whether a POST may act."""
+    """Who is signed in, and whether a POST may act. Wrong tokens (a login, a bearer header, a forged session
+    cookie) are limited to ``GUESS_BURST`` and then ``GUESS_RATE`` a second for the whole listener: past
+    that every attempt is a 429 until a guess is allowed again, so a weak token cannot be brute-forced
+    quickly (reads are never affected; a long random token is still the defence, docs/ui.md)."""
 
-    def __init__(self, actions: Actions | None, now: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        actions: Actions | None,
+        now: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.actions = actions
         self.now = now
+        self.monotonic = monotonic
+        self._guesses = Bucket(GUESS_RATE, GUESS_BURST, monotonic())
+        self._locked_until = 0.0
+
+    def throttle(self) -> None:
+        """Raise 429 while wrong tokens have used up their budget."""
+        wait = self._locked_until - self.monotonic()
+        if wait > 0:
+            raise web.HTTPTooManyRequests(
+                text="Too many wrong tokens: try again later.", headers={"Retry-After": str(math.ceil(wait))}
+            )
+
+    def wrong_token(self, request: web.Request, what: str) -> None:
+        log.info("ui: %s refused (wrong token) from %s", what, request.remote)
+        now = self.monotonic()
+        self._guesses.take(now)
+        if self._guesses.tokens < 1.0:  # the budget is spent: locked until the next guess is allowed
+            self._locked_until = now + (1.0 - self._guesses.tokens) / GUESS_RATE
 
     def session(self, request: web.Request) -> tuple[bool, str]:
         """(signed in, the CSRF token for this page's forms)."""
@@ -130,13 +162,17 @@ class Guard:
             raise web.HTTPForbidden(
                 text="Actions are unavailable: the controller cannot read its token file."
             )
+        self.throttle()
         header = request.headers.get("Authorization")
         if header is not None:
             if bearer_valid(token, header):
                 return form
+            self.wrong_token(request, "bearer token")
             raise web.HTTPForbidden(text="Forbidden: the bearer token is not valid.")
         cookie = request.cookies.get(COOKIE, "")
         if not cookie or not session_valid(token, cookie, self.now()):
+            if cookie:
+                self.wrong_token(request, "session cookie")
             raise web.HTTPForbidden(text="Forbidden: sign in first (/login) or send Authorization: Bearer.")
         if not hmac.compare_digest(form.get("csrf", "").encode(), csrf_token(token, cookie).encode()):
             raise web.HTTPForbidden(
@@ -180,10 +216,11 @@ def action_routes(ctx: UIContext, guard: Guard, render: Callable[..., web.Respon
                 text="Actions are disabled: this UI is read-only (see --ui-actions-token-file)."
             )
         form = await _form(request)
+        guard.throttle()
         token = actions.token()
         presented = form.get("token", "").strip().encode()
         if not token or not hmac.compare_digest(presented, token):
-            log.info("ui: sign-in refused (wrong token) from %s", request.remote)
+            guard.wrong_token(request, "sign-in")
             response = render("login.html", request, failed=True)
             response.set_status(403)
             return response
