@@ -579,3 +579,18 @@ async def test_guessing_the_token_is_throttled(tmp_path: Path) -> None:
             assert_secure(resp)
         async with http.get(base(app) + "/") as resp:
             assert resp.status == 200
+
+
+async def test_oversized_requests_are_refused_before_any_work(tmp_path: Path) -> None:
+    async with ui_app(tmp_path, ui=actions_ui(tmp_path)) as app, aiohttp.ClientSession() as http:
+        for path in ("/events?object=" + "k" * 600, "/objects/Kustomization/ns/" + "n" * 600):
+            async with http.get(base(app) + path) as resp:
+                assert resp.status == 400 and "512" in await resp.text(), path
+                assert_secure(resp)
+        async with http.post(base(app) + "/login", data={"token": "t" * (64 * 1024)}) as resp:
+            assert resp.status == 413
+            assert_secure(resp)
+        async with http.post(
+            base(app) + "/login", data=b'{"token": "x"}', headers={"Content-Type": "application/json"}
+        ) as resp:
+            assert resp.status == 400
