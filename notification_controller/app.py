@@ -416,10 +416,9 @@ class App:
         s, state = self.settings, self.state
         assert s.ui.actions_token_file is not None
         token = TokenFile(s.ui.actions_token_file)
-        if not token():
-            raise ConfigError(
-                f"--ui-actions-token-file {s.ui.actions_token_file}: missing, unreadable or empty"
-            )
+        _, problem = token.read()
+        if problem:
+            raise ConfigError(f"--ui-actions-token-file {s.ui.actions_token_file}: {problem}")
 
         async def replay(ident: str) -> bool:
             assert state is not None

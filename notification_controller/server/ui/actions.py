@@ -60,17 +60,21 @@ class TokenFile:
         self._last_error = ""
 
     def __call__(self) -> bytes:
+        token, problem = self.read()
+        if problem:
+            self._complain(problem)
+            return b""
+        self._last_error = ""
+        return token
+
+    def read(self) -> tuple[bytes, str]:
+        """(the token, "") or (b"", what is wrong with the file), without logging (the start-up check)."""
         try:
             with self.path.open("rb") as f:
                 token = f.read(MAX_TOKEN_FILE).strip()
         except OSError as exc:
-            self._complain(f"cannot read it: {exc.strerror or type(exc).__name__}")
-            return b""
-        if not token:
-            self._complain("it is empty")
-            return b""
-        self._last_error = ""
-        return token
+            return b"", f"cannot read it: {exc.strerror or type(exc).__name__}"
+        return (token, "") if token else (b"", "it is empty")
 
     def _complain(self, why: str) -> None:
         if why != self._last_error:
