@@ -53,6 +53,8 @@ HEARTBEAT = 15.0
 WRITE_TIMEOUT = 10.0
 """Seconds one write to a live stream may wait for the client to read; past it the client is dropped."""
 DEFAULT_LIMIT = 100
+MAX_BACK = 100 * 365 * 24 * 3600.0
+"""The longest duration ``since``/``until`` may go back (a 400-digit one is infinity, which no store can seek)."""
 
 FILTERS = {
     "object": "object",
@@ -85,12 +87,16 @@ def parse_time(name: str, value: str, now: float) -> float:
     """Epoch seconds of ``value``: a Go duration back from ``now`` (``1h``, ``90m``) or an RFC 3339 time."""
     text = value.strip()
     try:
-        return now - parse_duration(text)
+        back = parse_duration(text)
     except ValueError:
         pass
+    else:
+        if back > MAX_BACK:
+            raise ParamError(f"{name}: {value[:64]!r} is more than 100 years back")
+        return now - back
     try:
         return parse_rfc3339(text)
-    except ValueError:
+    except (ValueError, OverflowError):
         raise ParamError(
             f"{name}: {value[:64]!r} is neither a duration (30s, 5m, 1h30m) nor an RFC 3339 time "
             "(2026-11-27T10:00:00Z)"
