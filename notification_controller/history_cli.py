@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import sys
 import time
 import urllib.error
@@ -258,6 +259,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     except SystemExit as exc:
         return 2 if exc.code else 0
     out = out or sys.stdout
+    # The store clients log their retries (a NATS server that does not answer): the one line that says why
+    # is ours. Without a handler Python's last resort would print each warning on stderr.
+    logging.getLogger("notification_controller").addHandler(logging.NullHandler())
     try:
         params = params_of(args)
         q = checked_query(params)

@@ -132,6 +132,7 @@ async def test_bad_usage_is_one_line_and_exit_2_an_unreachable_source_exit_1(tmp
         (["--server", nobody, "--store", "sqlite:x.db"], "error: argument --store: not allowed with"),
         ([], "error: one of the arguments --server --store is required"),
         (["--store", "memory"], "error: the memory store"),
+        (["--store", "redis://x"], "error: invalid --store 'redis://x'"),
     ):
         done = await history(*argv)
         assert done.returncode == 2, (argv, done.stderr)
@@ -140,6 +141,10 @@ async def test_bad_usage_is_one_line_and_exit_2_an_unreachable_source_exit_1(tmp
     for argv, needle in (
         (["--server", nobody], f"error: the controller at {nobody} did not answer /api/history"),
         (["--store", f"sqlite:{tmp_path / 'nothing.db'}"], "error: store unavailable:"),
+        (
+            ["--store", f"nats://127.0.0.1:{free_port()}"],
+            "error: store unavailable: nats history: cannot connect",
+        ),
     ):
         done = await history(*argv)
         assert (done.returncode, done.stderr.count("\n")) == (1, 1), (argv, done.stderr)
