@@ -476,7 +476,12 @@ async def test_pages_show_the_decisions_escaped_and_masked(tmp_path: Path) -> No
             ):
                 resp = await post_event(app, body)
                 assert resp.status in (202, 400), resp.status
-            items = await wait_for_outcomes(http, app, "delivered", "failed", "dropped")
+            unmatched = json.loads(event("src", "no Alert for a GitRepository"))
+            unmatched["involvedObject"]["kind"] = "GitRepository"
+            assert (await post_event(app, json.dumps(unmatched).encode())).status == 202
+            assert (await post_event(app, b'{"message": "<script>not json')).status == 400
+            outcomes = ("delivered", "failed", "dropped", "unmatched", "refused")
+            items = await wait_for_outcomes(http, app, *outcomes)
             event_ids = {i["eventId"] for i in items if i["eventId"]}
             notification_ids = {i["notificationId"] for i in items if i["notificationId"]}
             assert event_ids and notification_ids
@@ -506,7 +511,8 @@ async def test_pages_show_the_decisions_escaped_and_masked(tmp_path: Path) -> No
         # what the pages say, escaped: the message, the provider's answer, the outcomes, the stages
         assert "deployed &lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;" in seen
         assert "upstream broke: &lt;script&gt;" in seen
-        assert ">delivered<" in seen and ">failed<" in seen and ">dropped<" in seen
+        for outcome in outcomes:
+            assert f">{outcome}<" in seen, outcome
         assert "R" * 1500 not in seen
         assert "Receiver initialized for path: /hook/***" in seen  # the Receiver's Ready message, masked
 
