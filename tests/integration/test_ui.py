@@ -282,6 +282,13 @@ async def test_expire_needs_the_token_and_the_csrf_token(tmp_path: Path) -> None
                 assert resp.status == 200, text
                 assert_secure(resp)
                 assert "expired" in text
+            # signing out removes the cookie: the page shows the sign-in link again, no form, no CSRF token
+            async with http.post(
+                base(app) + "/logout", data={"csrf": csrf.group(1)}, allow_redirects=False
+            ) as resp:
+                assert resp.status == 303
+            page = await (await http.get(base(app) + "/")).text()
+            assert "Sign in for actions" in page and CSRF.search(page) is None
         assert path.read_text() != before  # the file the silence command wrote, rewritten as its expire does
 
         # a bearer token works without a session (curl); the Silence has ended already: nothing changes
