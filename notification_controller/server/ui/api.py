@@ -18,8 +18,8 @@ parameter that was wrong (400), the thing that was not found (404), a store that
   now on (optionally filtered like ``/api/history``), a comment every ``HEARTBEAT`` seconds.
 
 Bounded, since anyone who reaches the listener may call it: query values are at most ``MAX_VALUE``
-characters, a query answers at most 1000 records and waits at most ``QUERY_TIMEOUT`` for the store; live
-streams are counted (``context.StreamSlots``; one more is a 503), each reads the history's bounded
+characters, a query answers at most 1000 records, at most ``MAX_QUERIES`` run at once and each waits at most
+``QUERY_TIMEOUT`` for its turn and the store; live streams are counted (``context.StreamSlots``; one more is a 503), each reads the history's bounded
 per-subscriber queue (a slow reader misses records, the recorder never waits), and a client that does not
 read what it is sent within ``WRITE_TIMEOUT`` is disconnected: its socket buffers are all it can hold.
 Records are masked when they are built (``history.model``), so nothing here needs masking again.
@@ -48,6 +48,9 @@ MAX_VALUE = 512
 """Characters a query parameter may have (an object reference is well under 300; the pages' filters too)."""
 QUERY_TIMEOUT = 10.0
 """Seconds a history query may take (a durable store's) before the answer is a 503."""
+MAX_QUERIES = 4
+"""History queries running at once; more wait for a turn (within ``QUERY_TIMEOUT``). Each holds up to 1,000
+records and, on NATS, a window of the stream being read: a flood of queries costs time, not memory."""
 HEARTBEAT = 15.0
 """Seconds between comments on an idle live stream: proxies keep the connection, a gone client is noticed."""
 WRITE_TIMEOUT = 10.0
@@ -178,9 +181,11 @@ def api_routes(ctx: UIContext) -> list[web.RouteDef]:
     def now() -> float:
         return ctx.clock.now().timestamp()
 
+    queries = asyncio.Semaphore(MAX_QUERIES)
+
     async def query(q: Query) -> list[Record]:
         assert ctx.history is not None
-        async with asyncio.timeout(QUERY_TIMEOUT):
+        async with asyncio.timeout(QUERY_TIMEOUT), queries:  # waiting for a turn counts in the timeout
             return await ctx.history.query(q)
 
     def endpoint(handler: Handler) -> Handler:

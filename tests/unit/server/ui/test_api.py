@@ -14,12 +14,14 @@ import json
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import aiohttp
 import pytest
 from aiohttp import web
 
-from notification_controller.history import MemoryHistory, Outcome, Record, new_record_id
+from notification_controller.history import MemoryHistory, Outcome, Query, Record, new_record_id
+from notification_controller.history.sqlite import SQLiteHistory
 from notification_controller.objects.base import ObjectStore
 from notification_controller.server.ui import api
 from notification_controller.server.ui.api import ParamError, api_routes, query_from_params
@@ -249,3 +251,51 @@ async def test_errors_are_json_and_only_get_and_head_are_answered(rig: Rig) -> N
             assert await resp.read() == b""
         async with session.get(rig.url + "/api/events/nope") as resp:
             assert resp.status == 404 and "no records of event 'nope'" in (await resp.json())["error"]
+
+
+class CountingSQLiteHistory(SQLiteHistory):
+    """The real SQLite history, counting the queries in flight (a spy: every query still runs)."""
+
+    in_flight = 0
+    most = 0
+
+    async def query(self, q: Query, /) -> list[Record]:
+        self.in_flight += 1
+        self.most = max(self.most, self.in_flight)
+        try:
+            return await super().query(q)
+        finally:
+            self.in_flight -= 1
+
+
+async def test_a_flood_of_queries_runs_a_few_at_a_time_and_every_one_is_answered(tmp_path: Path) -> None:
+    history = CountingSQLiteHistory(tmp_path / "h.db")
+    await history.start()
+    ctx = UIContext(history=history, objects=ObjectStore(), status=list)
+    app = web.Application()
+    app.add_routes(api_routes(ctx))
+    runner = web.AppRunner(app, shutdown_timeout=1.0)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}/api/history?limit=1000"  # type: ignore[union-attr]
+    try:
+        for _ in range(3000):
+            history.record(_record("x" * 500))
+        async with asyncio.timeout(30):
+            while len(await history.query(Query(limit=1000))) < 1000 or history._buffer:
+                await asyncio.sleep(0.05)
+        history.most = 0
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+
+            async def one() -> int:
+                async with session.get(url) as resp:
+                    data = await resp.json()
+                    return len(data["items"]) if resp.status == 200 else resp.status
+
+            answers = await asyncio.gather(*(one() for _ in range(40)))
+        assert answers == [1000] * 40
+        assert 1 <= history.most <= api.MAX_QUERIES
+    finally:
+        await runner.cleanup()
+        await history.close()
