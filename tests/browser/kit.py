@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.chrome.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
@@ -108,9 +109,10 @@ def console(driver: WebDriver) -> list[dict[str, Any]]:
 
 def wait_until(driver: WebDriver, check: Callable[[WebDriver], T], what: str, timeout: float = WAIT) -> T:
     """An explicit wait (no sleeps) whose failure says what it waited for."""
-    result: T = WebDriverWait(driver, timeout, poll_frequency=0.1).until(
-        check, message=f"timed out after {timeout}s waiting for {what}"
+    waiting = WebDriverWait(
+        driver, timeout, poll_frequency=0.1, ignored_exceptions=(StaleElementReferenceException,)
     )
+    result: T = waiting.until(check, message=f"timed out after {timeout}s waiting for {what}")
     return result
 
 
@@ -276,8 +278,9 @@ def http(method: str, url: str, body: bytes | None = None, timeout: float = WAIT
 class Site:
     """A controller process in local mode with its web UI, a sqlite store, and the sinks it delivers to."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, args: tuple[str, ...] = ()) -> None:
         self.workdir = workdir
+        self.args = args  # more controller flags (--ui-actions-token-file=…)
         self.canaries = Canaries()
         self.loop = LoopThread()
         self.sink = CaptureServer()
@@ -312,6 +315,7 @@ class Site:
             f"--ui-addr={LOCALHOST}:{self.ports['ui']}",
             f"--store=sqlite:{self.workdir / 'store.db'}",
             "--log-encoding=json",
+            *self.args,
         ]
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(  # stopped in stop(), also when a test fails
@@ -376,8 +380,8 @@ class Site:
 
 
 @contextlib.contextmanager
-def running_site(workdir: Path) -> Iterator[Site]:
-    site = Site(workdir)
+def running_site(workdir: Path, args: tuple[str, ...] = ()) -> Iterator[Site]:
+    site = Site(workdir, args)
     try:
         site.start()
         yield site

@@ -356,7 +356,9 @@ def test_csp_headers_and_inline_script_blocked(page: WebDriver, site: Site, post
         headers = {k.lower(): v for k, v in http("GET", site.ui + path).headers.items()}
         assert headers["content-security-policy"] == CSP, path
         assert headers["x-content-type-options"] == "nosniff", path
-        assert headers["referrer-policy"] == "no-referrer", path
+        assert headers["referrer-policy"] in ("no-referrer", "same-origin"), (
+            path
+        )  # no id leaves for another site
     load(page, site, "/events")
     console(page)
     page.execute_script(
