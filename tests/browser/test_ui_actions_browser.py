@@ -52,15 +52,6 @@ def actions_site(tmp_path_factory: pytest.TempPathFactory, browser: WebDriver) -
         browser.delete_all_cookies()
 
 
-SIGN_IN_REFUSED = pytest.mark.xfail(
-    strict=True,
-    reason="a real browser cannot sign in: the UI's Referrer-Policy no-referrer makes Chromium send "
-    "'Origin: null' with every form POST (Fetch spec, 'serializing a request origin'), which the Origin "
-    "check refuses as cross-origin; 'Referrer-Policy: same-origin' in server/ui/__init__.py fixes it "
-    "(measured: these tests pass with it). Remove this mark with the fix.",
-)
-
-
 def silence_state(site: Site, name: str = "freeze") -> str:
     rows = [s for s in site.api("/api/overview")["silences"] if s["name"] == name]
     return str(rows[0]["state"]) if rows else "gone"
@@ -73,7 +64,6 @@ def test_read_only_without_signing_in(browser: WebDriver, actions_site: Site) ->
     assert browser.find_element(By.LINK_TEXT, "Sign in for actions")
 
 
-@SIGN_IN_REFUSED
 def test_cross_site_page_cannot_act_with_the_signed_in_browser(
     browser: WebDriver, actions_site: Site
 ) -> None:
@@ -109,7 +99,6 @@ def sign_in(browser: WebDriver, site: Site) -> None:
     assert "Sign out" in browser.find_element(By.TAG_NAME, "nav").text
 
 
-@SIGN_IN_REFUSED
 def test_sign_in_expire_a_silence_and_replay_a_dead_letter(browser: WebDriver, actions_site: Site) -> None:
     assert actions_site.post(event("broken", "Health check failed", reason="HealthCheckFailed")) == 202
     actions_site.records(lambda r: r["outcome"] == "dead_lettered", "a dead letter")

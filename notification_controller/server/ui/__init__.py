@@ -9,8 +9,8 @@ This module is the listener's perimeter, applied to every answer — pages, the 
 errors alike (a middleware and ``on_response_prepare``, so nothing bypasses it):
 
 * **Security headers** (``HEADERS``): a CSP without inline script or style (``script-src 'self'``: only
-  ``/static/live.js``), ``frame-ancestors 'none'`` (no clickjacking), ``nosniff``, no referrer (an event's
-  URL carries ids), ``no-store`` (pages show live state and, with actions on, a CSRF token).
+  ``/static/live.js``), ``frame-ancestors 'none'`` (no clickjacking), ``nosniff``, no referrer to other sites
+  (an event's URL carries ids), ``no-store`` (pages show live state and, with actions on, a CSRF token).
 * **Host check against DNS rebinding**: a page that an attacker's site loads after pointing its own name at
   127.0.0.1 sends ``Host: attacker.example``; only the listener's own address, ``127.0.0.1``, ``localhost``,
   ``[::1]`` and ``--ui-allowed-hosts`` are answered, everything else is 403. A POST whose ``Origin`` is not
@@ -48,7 +48,10 @@ CSP = (
 HEADERS = {
     "Content-Security-Policy": CSP,
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    # same-origin, not no-referrer: with no-referrer a browser sends "Origin: null" on the UI's own form
+    # POSTs (Fetch, "serializing a request origin"), which the Origin check must refuse; same-origin still
+    # sends nothing to another site (an event's URL carries ids)
+    "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
     "X-Frame-Options": "DENY",  # browsers without frame-ancestors
     "Cross-Origin-Opener-Policy": "same-origin",
