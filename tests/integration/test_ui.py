@@ -271,13 +271,18 @@ async def test_expire_needs_the_token_and_the_csrf_token(tmp_path: Path) -> None
                 async with http.post(url, data={**form, **bad}) as resp:
                     assert resp.status == 403 and "CSRF" in await resp.text()
             # a cross-site page posting with the victim's cookie and a stolen CSRF token: Origin refuses it
-            async with http.post(
-                url, data={**form, "csrf": csrf.group(1)}, headers={"Origin": "http://attacker.example"}
-            ) as resp:
-                assert resp.status == 403
+            for origin in ("http://attacker.example", "null", f"http://localhost:{app.ports['ui']}"):
+                async with http.post(
+                    url, data={**form, "csrf": csrf.group(1)}, headers={"Origin": origin}
+                ) as resp:
+                    assert resp.status == 403, origin
             assert path.read_text() == before
 
-            async with http.post(url, data={**form, "csrf": csrf.group(1)}) as resp:
+            async with (
+                http.post(  # as a browser sends it: Origin is the UI itself (Referrer-Policy same-origin)
+                    url, data={**form, "csrf": csrf.group(1)}, headers={"Origin": base(app)}
+                ) as resp
+            ):
                 text = await resp.text()
                 assert resp.status == 200, text
                 assert_secure(resp)
