@@ -52,6 +52,9 @@ MS = "ms"
 US = "µs"
 BARE = "bare server"
 FORWARDER = "bare forwarder"
+NO_HISTORY = "history off"
+NO_HISTORY_ARGS = ["--history=false"]
+"""The same controller without the history recorder (issue 27: recording costs at most 10 % CPU per event)."""
 RUN_BLOCK = 10_000_000  # request numbers per wrk run: far more than one run sends
 
 
@@ -393,22 +396,31 @@ async def bench_ingest(ctx: Context) -> None:
     async with (
         Helper("bench.baseline", [], ctx.logs) as bare,
         running_controller(manifests, ctx.logs) as (controller, startup),
+        running_controller(manifests, ctx.logs, NO_HISTORY_ARGS) as (unrecorded, _),
     ):
         ctx.startups["small"] = (startup, controller.rss_mb())
-        seconds = ctx.timing.slices * ctx.timing.slice * 2 + 2 * ctx.timing.warmup
+        seconds = ctx.timing.slices * ctx.timing.slice * 3 + 3 * ctx.timing.warmup
         async with profiled(ctx, controller, "ingest", seconds) as set_cost:
-            ours, base = await interleaved(
+            ours, base, off = await interleaved(
                 ctx,
                 "ingest",
                 [
                     Target("controller", controller.pid, controller.url("events"), lambda _: templates),
                     Target("bare", bare.pid, bare.url + "/", lambda _: templates),
+                    Target("no-history", unrecorded.pid, unrecorded.url("events"), lambda _: templates),
                 ],
             )
             set_cost(ours.cpu_us())
-    ctx.detail(name, controller=ours.summary(), bare_server=base.summary(), startup_s=startup)
+    ctx.detail(
+        name,
+        controller=ours.summary(),
+        bare_server=base.summary(),
+        history_off=off.summary(),
+        startup_s=startup,
+    )
     ctx.report.add(rate_row(name, "accepted req/s (wrk)", ours.rps, base.rps, BARE, 0.75))
     ctx.report.add(cpu_row(name, "event", ours.cpu_us(), base.cpu_us(), BARE, 1.3, status_note(ours, 202)))
+    ctx.report.add(cpu_row(name, "event (history)", ours.cpu_us(), off.cpu_us(), NO_HISTORY, 1.1))
     ctx.report.add(memory_row(name, ours, base, BARE))
 
 
@@ -445,6 +457,7 @@ async def bench_dispatch(ctx: Context) -> None:
         async with (
             Helper("bench.forwarder", ["--to", f"{sink.url}/forwarder"], ctx.logs) as forwarder,
             running_controller(manifests, ctx.logs, pending) as (controller, _),
+            running_controller(manifests, ctx.logs, [*pending, *NO_HISTORY_ARGS]) as (unrecorded, _),
         ):
             seconds = ctx.timing.slices * ctx.timing.slice + ctx.timing.warmup + 8
             ours_t = Target(
@@ -458,8 +471,16 @@ async def bench_dispatch(ctx: Context) -> None:
             base_t = Target(
                 "forwarder", forwarder.pid, forwarder.url + "/", templates, sink=sink, per_notification=True
             )
-            async with profiled(ctx, controller, "dispatch", seconds * 2) as set_cost:
-                ours, base = await interleaved(ctx, "dispatch", [ours_t, base_t])
+            off_t = Target(
+                "no-history",
+                unrecorded.pid,
+                unrecorded.url("events"),
+                templates,
+                sink=sink,
+                per_notification=True,
+            )
+            async with profiled(ctx, controller, "dispatch", seconds * 3) as set_cost:
+                ours, base, off = await interleaved(ctx, "dispatch", [ours_t, base_t, off_t])
                 set_cost(ours.cpu_us(per_notification=True))
             totals = delivery_totals(await metrics(controller))
             ctx.step("throughput measured; latency at 1,000 events/s")
@@ -475,6 +496,7 @@ async def bench_dispatch(ctx: Context) -> None:
         name,
         controller=ours.summary(),
         bare_forwarder=base.summary(),
+        history_off=off.summary(),
         controller_totals=totals,
         rate_load=rated.summary(),
         rate_load_forwarder=base_rated.summary(),
@@ -496,6 +518,16 @@ async def bench_dispatch(ctx: Context) -> None:
             FORWARDER,
             1.3,
             "; ".join(notes),
+        )
+    )
+    ctx.report.add(
+        cpu_row(
+            name,
+            "notification (history)",
+            ours.cpu_us(per_notification=True),
+            off.cpu_us(per_notification=True),
+            NO_HISTORY,
+            1.1,
         )
     )
     ctx.report.add(memory_row(name, ours, base, FORWARDER))

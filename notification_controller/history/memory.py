@@ -2,7 +2,8 @@
 
 Like the memory store itself (Flux's at-most-once), the history goes with the process. ``record`` appends
 to a ``deque`` with a ``maxlen`` (O(1), the oldest record goes), so there is no buffer to fill and nothing
-is ever dropped for lack of room; ``query`` walks the ring newest first and stops at the limit, which is
+is ever dropped for lack of room; The ring holds ``Record.row`` tuples, which the garbage collector stops tracking (model.py). ``query`` walks
+the ring newest first and stops at the limit, which is
 at most ``--history-max-records`` comparisons (10,000 by default: well under a millisecond).
 """
 
@@ -13,14 +14,14 @@ from collections.abc import AsyncIterator
 
 from ..metrics import HistoryMetrics
 from .live import Fanout
-from .model import Query, Record
+from .model import Query, Record, Row
 
 
 class MemoryHistory:
     def __init__(self, max_records: int = 10_000, metrics: HistoryMetrics | None = None) -> None:
         if max_records < 1:
             raise ValueError("--history-max-records: must be at least 1")
-        self._ring: deque[Record] = deque(maxlen=max_records)
+        self._ring: deque[Row] = deque(maxlen=max_records)  # rows: untracked by the collector (model.py)
         self._live = Fanout()
         self._metrics = metrics
 
@@ -37,7 +38,7 @@ class MemoryHistory:
         return True
 
     def record(self, r: Record, /) -> None:
-        self._ring.append(r)
+        self._ring.append(r.row())
         if self._metrics is not None:
             self._metrics.recorded(r.outcome)
         if self._live:
@@ -46,9 +47,9 @@ class MemoryHistory:
     async def query(self, q: Query, /) -> list[Record]:
         out: list[Record] = []
         limit = q.bounded_limit
-        for r in reversed(self._ring):
-            if q.matches(r):
-                out.append(r)
+        for row in reversed(self._ring):
+            if q.matches_row(row):
+                out.append(Record.from_row(row))
                 if len(out) >= limit:
                     break
         return out

@@ -20,7 +20,7 @@ import time as _time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 MAX_TEXT = 1024
 """Longest message or detail kept in a record (characters); longer texts are cut and end in ``CUT``."""
@@ -61,12 +61,17 @@ _last_ns = 0
 def new_record_id(time_ns: int | None = None) -> str:
     """A unique id that sorts by time: 20 digits of nanoseconds, then 4 hex characters of this process.
     Within one process ids are strictly increasing (a tie moves the clock on by one nanosecond)."""
+    return stamp(time_ns)[0]
+
+
+def stamp(time_ns: int | None = None) -> tuple[str, float]:
+    """``(id, epoch seconds)`` of a record made now (``time_ns``): one clock reading for both."""
     global _last_ns
     ns = _time.time_ns() if time_ns is None else time_ns
     if ns <= _last_ns:
         ns = _last_ns + 1
     _last_ns = ns
-    return f"{ns:020d}{_SUFFIX}"
+    return f"{ns:020d}{_SUFFIX}", ns / 1e9
 
 
 def rfc3339_ms(epoch: float) -> str:
@@ -85,9 +90,26 @@ def parse_rfc3339(text: str) -> float:
     return moment.timestamp()
 
 
-@dataclass(frozen=True, slots=True)
+Row = tuple[
+    str, float, str, str, str, str, str, str, str, str, str, str, str, str, int, float | None, int | None, str
+]
+"""``Record.row``: the fields in order, the outcome as its string."""
+
+# indexes of the fields a query filters on, in a Row
+_TIME: Final = 1
+_EVENT: Final = 2
+_NOTIFICATION: Final = 3
+_OBJECT: Final = 4
+_ALERT: Final = 8
+_PROVIDER: Final = 9
+_OUTCOME: Final = 11
+
+
+@dataclass(slots=True)
 class Record:
-    """One decision (see the module docstring). Texts are already masked and cut."""
+    """One decision (see the module docstring). Texts are already masked and cut. Never changed once made;
+    not ``frozen``: a frozen dataclass's ``__init__`` sets each of the 18 fields through
+    ``object.__setattr__`` (2.0 µs against 0.3 µs, measured), a fifth of the recorder's budget per event."""
 
     id: str
     time: float  # epoch seconds
@@ -107,6 +129,21 @@ class Record:
     latency_ms: float | None = None
     status_code: int | None = None
     request: str = ""  # "POST https://hooks.slack.com/*** (1,234 B)" ("" before sending)
+
+    def row(self) -> Row:
+        """The record as a tuple of strings and numbers (``from_row`` reverses it). What the backends keep:
+        the garbage collector stops tracking such a tuple at its first pass, so a full ring adds nothing to
+        the collector's work, where 10,000 live Records (each tracked) doubled what recording cost per event
+        (measured, issue 27: 10 µs against 5 µs with the collector off)."""
+        return (
+            self.id, self.time, self.event_id, self.notification_id, self.object, self.severity, self.reason,
+            self.message, self.alert, self.provider, self.provider_type, self.outcome.value, self.stage,
+            self.detail, self.attempt, self.latency_ms, self.status_code, self.request,
+        )  # fmt: skip
+
+    @classmethod
+    def from_row(cls, row: Row) -> Record:
+        return cls(*row[:11], Outcome(row[11]), *row[12:])
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -205,6 +242,19 @@ class Query:
     @property
     def bounded_limit(self) -> int:
         return min(self.limit, MAX_LIMIT)
+
+    def matches_row(self, row: Row) -> bool:
+        """``matches`` on a ``Record.row``, without making the Record."""
+        return (
+            (not self.object or row[_OBJECT] == self.object)
+            and (not self.alert or row[_ALERT] == self.alert)
+            and (not self.provider or row[_PROVIDER] == self.provider)
+            and (not self.outcome or row[_OUTCOME] == self.outcome)
+            and (not self.event_id or row[_EVENT] == self.event_id)
+            and (not self.notification_id or row[_NOTIFICATION] == self.notification_id)
+            and (self.since is None or row[_TIME] >= self.since)
+            and (self.until is None or row[_TIME] <= self.until)
+        )
 
     def matches(self, r: Record) -> bool:
         return (

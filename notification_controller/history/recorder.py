@@ -25,7 +25,7 @@ from ..api.event import Event
 from ..core.redact import Redactor
 from ..lib.tokenbucket import Bucket
 from ..metrics import HistoryMetrics
-from .model import CUT, MAX_TEXT, History, Outcome, Record, new_record_id
+from .model import CUT, MAX_TEXT, History, Outcome, Record, stamp
 
 REFUSED_RATE = 10.0
 REFUSED_BURST = 100
@@ -34,7 +34,7 @@ REFUSED_BURST = 100
 class Recorder:
     """Makes ``Record`` s and hands them to a ``History`` (see the module docstring)."""
 
-    __slots__ = ("_bucket", "_last", "history", "metrics", "monotonic", "now", "redactor")
+    __slots__ = ("_bucket", "_last", "_put", "history", "metrics", "monotonic", "redactor")
 
     def __init__(
         self,
@@ -42,13 +42,12 @@ class Recorder:
         redactor: Redactor,
         metrics: HistoryMetrics | None = None,
         *,
-        now: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.history = history
+        self._put = history.record
         self.redactor = redactor
         self.metrics = metrics
-        self.now = now
         self._last: tuple[Event | None, str, str, str, str] = (None, "", "", "", "")
         self.monotonic = monotonic
         self._bucket = Bucket(REFUSED_RATE, REFUSED_BURST, monotonic())
@@ -56,9 +55,7 @@ class Recorder:
     def mask(self, text: str) -> str:
         """``text`` masked and cut to ``MAX_TEXT`` (cut first: a 3 MiB message is not scanned whole)."""
         if len(text) > MAX_TEXT:
-            text = text[: MAX_TEXT * 2]
-            text = self.redactor(text)[: MAX_TEXT - len(CUT)] + CUT
-            return text
+            return self.redactor(text[: MAX_TEXT * 2])[: MAX_TEXT - len(CUT)] + CUT
         return self.redactor(text)
 
     def _event_fields(self, event: Event | None) -> tuple[str, str, str, str]:
@@ -68,12 +65,12 @@ class Recorder:
             return last[1], last[2], last[3], last[4]
         if event is None:
             return "", "", "", ""
-        obj = event.involved_object
+        obj, mask = event.involved_object, self.mask
         fields = (
-            self.mask(f"{obj.kind}/{obj.namespace}/{obj.name}") if obj.kind or obj.name else "",
-            self.mask(event.severity),
-            self.mask(event.reason),
-            self.mask(event.message),
+            mask(f"{obj.kind}/{obj.namespace}/{obj.name}") if obj.kind or obj.name else "",
+            mask(event.severity),
+            mask(event.reason),
+            mask(event.message),
         )
         self._last = (event, *fields)
         return fields
@@ -98,10 +95,11 @@ class Recorder:
         """One decision. Never raises: the pipeline must go on whatever the history does."""
         try:
             obj, severity, reason, message = self._event_fields(event)
-            self.history.record(
+            ident, now = stamp()
+            self._put(
                 Record(
-                    new_record_id(),
-                    self.now(),
+                    ident,
+                    now,
                     event_id,
                     notification_id,
                     obj,
