@@ -223,7 +223,7 @@ async def test_a_running_controller_loads_what_add_wrote(tmp_path: Path) -> None
 
 
 async def _until(probe: Any, deadline: float = 30.0) -> Any:
-    # wall-clock time: the loop's may be looptime's, which runs ahead while the loop waits on a thread
+    # by the wall clock (a plain loop here; no looptime)
     end = time.monotonic() + deadline
     while time.monotonic() < end:
         value = probe()
