@@ -67,6 +67,22 @@ WAIT = 30.0
 
 T = TypeVar("T")
 
+STREAM_PROBE = """
+(() => {
+  const Native = window.EventSource;
+  if (!Native) return;
+  window.__streamsOpen = 0;
+  window.EventSource = function (url, init) {
+    const source = new Native(url, init);
+    source.addEventListener("open", () => { window.__streamsOpen += 1; });
+    return source;
+  };
+  window.EventSource.prototype = Native.prototype;
+})();
+"""
+"""Counts the page's EventSource connections that opened (run before the page's own scripts, by DevTools: the
+page's CSP does not apply to it). ``wait_live`` reads it: posting before live.js listens would lose the row."""
+
 
 def browser_missing() -> str:
     """Why the browser tests cannot run here ("" when they can)."""
@@ -96,6 +112,8 @@ def start_browser(profile: Path) -> WebDriver:
         "Emulation.setDeviceMetricsOverride",
         {"width": WIDTH, "height": HEIGHT, "deviceScaleFactor": 1, "mobile": False},
     )
+    # observe (not change) the page's live stream: a test waits for it to be open before posting
+    driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": STREAM_PROBE})
     driver.set_page_load_timeout(WAIT)
     driver.set_script_timeout(WAIT)
     return driver
@@ -114,6 +132,11 @@ def wait_until(driver: WebDriver, check: Callable[[WebDriver], T], what: str, ti
     )
     result: T = waiting.until(check, message=f"timed out after {timeout}s waiting for {what}")
     return result
+
+
+def wait_live(driver: WebDriver) -> None:
+    """Wait until the page's live stream (/api/stream) is open."""
+    wait_until(driver, lambda d: d.execute_script("return window.__streamsOpen > 0"), "the live stream open")
 
 
 class LoopThread:

@@ -27,7 +27,16 @@ from selenium.webdriver.chrome.webdriver import WebDriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
 
-from tests.browser.kit import PROVIDER_ANSWER, Site, console, event, http, running_site, wait_until
+from tests.browser.kit import (
+    PROVIDER_ANSWER,
+    Site,
+    console,
+    event,
+    http,
+    running_site,
+    wait_live,
+    wait_until,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 README_EVENT = json.loads((ROOT / "examples" / "event.json").read_text(encoding="utf-8"))
@@ -230,9 +239,7 @@ def test_overview_shows_status_provider_health_dead_letters_and_silences(
 
 def test_a_new_event_appears_without_reload(page: WebDriver, site: Site, posted: Posted) -> None:
     load(page, site, "/events")
-    wait_until(
-        page, lambda d: d.execute_script("return document.readyState") == "complete", "the page loaded"
-    )
+    wait_live(page)
     page.execute_script("window.__sameDocument = 'yes'")  # a reload would forget it
     message = "Live: reconciliation finished in 0.4s"
     assert site.post(event("apps", message)) == 202
@@ -249,9 +256,7 @@ def test_a_new_event_appears_without_reload(page: WebDriver, site: Site, posted:
 
 def test_live_updates_keep_the_page_filter(page: WebDriver, site: Site, posted: Posted) -> None:
     load(page, site, "/events?outcome=dead_lettered")
-    wait_until(
-        page, lambda d: d.execute_script("return document.readyState") == "complete", "the page loaded"
-    )
+    wait_live(page)
     page.execute_script("window.__sameDocument = 'yes'")
     other = "Live, but delivered: not for this page"
     assert site.post(event("apps", other)) == 202
@@ -270,6 +275,7 @@ def test_live_updates_keep_the_page_filter(page: WebDriver, site: Site, posted: 
 
 def test_hostile_event_renders_inert(page: WebDriver, site: Site, posted: Posted) -> None:
     load(page, site, "/events")
+    wait_live(page)
     page.execute_script("window.__sameDocument = 'yes'")
     reason = ("<script>alert('reason')</script>" * 2048)[: 64 * 1024]
     body = event("hostile", HOSTILE, reason=reason, **{"<script>alert('key')</script>": HOSTILE})
@@ -385,6 +391,7 @@ def test_stop_with_a_live_page_open(browser: WebDriver, tmp_path: Path) -> None:
     --shutdown-grace, and a UI stream that holds the listener eats Kubernetes' 30 s before the drain starts."""
     with running_site(tmp_path) as other:
         load(browser, other, "/events")
+        wait_live(browser)
         message = "Live before the stop"
         assert other.post(event("apps", message)) == 202
         wait_until(
