@@ -95,8 +95,9 @@ def browser_missing() -> str:
     return ""
 
 
-def start_browser(profile: Path) -> WebDriver:
-    """A headless Chromium with a fresh profile in ``profile``; console messages kept for the CSP checks."""
+def start_browser(profile: Path, *, javascript: bool = True) -> WebDriver:
+    """A headless Chromium with a fresh profile in ``profile``; console messages kept for the CSP checks.
+    ``javascript=False``: the pages as a browser without scripts sees them."""
     os.environ["SE_OFFLINE"] = (
         "true"  # belt and braces: the Service path below already skips Selenium Manager
     )
@@ -105,6 +106,8 @@ def start_browser(profile: Path) -> WebDriver:
     for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={profile}"):
         options.add_argument(flag)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    if not javascript:
+        options.add_experimental_option("prefs", {"profile.managed_default_content_settings.javascript": 2})
     service = Service(executable_path=str(CHROMEDRIVER), log_output=subprocess.DEVNULL)
     driver = webdriver.Chrome(service=service, options=options)
     # the viewport itself is WIDTH x HEIGHT (--window-size counts the window, not the page: 1280x657 here)

@@ -26,6 +26,7 @@ from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.chrome.webdriver import WebDriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
+from selenium.webdriver.support.ui import Select
 
 from tests.browser.kit import (
     PROVIDER_ANSWER,
@@ -34,6 +35,7 @@ from tests.browser.kit import (
     event,
     http,
     running_site,
+    start_browser,
     wait_live,
     wait_until,
 )
@@ -235,6 +237,30 @@ def test_overview_shows_status_provider_health_dead_letters_and_silences(
     assert "flux-system/archived" in dead and "permanent" in dead
     silences = page.find_element(By.ID, "silences").text
     assert "freeze" in silences and "Active" in silences and "deploy freeze for the browser tests" in silences
+
+
+def test_pages_work_without_javascript(site: Site, posted: Posted, tmp_path: Path) -> None:
+    """Readable without JavaScript: the rows are on the server-rendered page, the filter form and the links
+    work, and the "refresh" link brings what happened since."""
+    driver = start_browser(tmp_path / "profile", javascript=False)
+    try:
+        load(driver, site, "/events")
+        event_group(driver, posted.delivered["eventId"])
+        Select(driver.find_element(By.NAME, "outcome")).select_by_value("suppressed")
+        driver.find_element(By.CSS_SELECTOR, "form.filters button[type=submit]").click()
+        wait_until(driver, lambda d: "outcome=suppressed" in d.current_url, "the filtered page")
+        listed = {e.get_attribute("data-event") for e in driver.find_elements(By.CSS_SELECTOR, "tbody.event")}
+        assert posted.suppressed["eventId"] in listed
+        assert posted.delivered["eventId"] not in listed
+        message = "Seen after a refresh, without JavaScript"
+        assert site.post(event("frozen", message)) == 202
+        site.records(lambda r: r["message"] == message, "the new event recorded")
+        assert message not in driver.find_element(By.ID, "events").text  # nothing live without scripts
+        assert driver.execute_script("return window.__streamsOpen") == 0  # live.js never ran
+        driver.find_element(By.ID, "refresh").click()
+        wait_until(driver, lambda d: message in d.find_element(By.ID, "events").text, "the refreshed page")
+    finally:
+        driver.quit()
 
 
 def test_a_new_event_appears_without_reload(page: WebDriver, site: Site, posted: Posted) -> None:
