@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 
 from ..api.event import Event
-from ..core.redact import Redactor
+from ..core.redact import MIN_LEN, Redactor
 from ..lib.tokenbucket import Bucket
 from ..metrics import HistoryMetrics
 from .model import CUT, MAX_TEXT, History, Outcome, Record, stamp
@@ -54,7 +54,10 @@ class Recorder:
 
     def mask(self, text: str) -> str:
         """``text`` masked and cut to ``MAX_TEXT`` (cut first: a 3 MiB message is not scanned whole)."""
-        if len(text) > MAX_TEXT:
+        size = len(text)
+        if size < MIN_LEN:  # the Redactor masks nothing shorter (core/redact.py): skip the call
+            return text
+        if size > MAX_TEXT:
             return self.redactor(text[: MAX_TEXT * 2])[: MAX_TEXT - len(CUT)] + CUT
         return self.redactor(text)
 
