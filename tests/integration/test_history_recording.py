@@ -189,26 +189,29 @@ async def test_sqlite_retries_dead_letters_and_survives_sigkill(tmp_path: Path) 
             log_path=tmp_path / "c.log",
         )
         await proc.start()
-        sink.failing = True
-        async with aiohttp.ClientSession() as session:
-            assert await post_event(session, proc.events_url, event("flaky")) == 202
-        retrying = await proc.wait_for(2, outcome="retrying")
-        assert all(r["statusCode"] == 503 and "down for maintenance" in r["detail"] for r in retrying)
-        assert sorted(r["attempt"] for r in retrying)[:2] == [1, 2]
-        sink.failing = False
-        (delivered,) = await proc.wait_for(1, outcome="delivered")
-        assert delivered["attempt"] >= 3 and delivered["eventId"] == retrying[0]["eventId"]
-        assert delivered["notificationId"] == retrying[0]["notificationId"]
+        try:
+            sink.failing = True
+            async with aiohttp.ClientSession() as session:
+                assert await post_event(session, proc.events_url, event("flaky")) == 202
+            retrying = await proc.wait_for(2, outcome="retrying")
+            assert all(r["statusCode"] == 503 and "down for maintenance" in r["detail"] for r in retrying)
+            assert sorted(r["attempt"] for r in retrying)[:2] == [1, 2]
+            sink.failing = False
+            (delivered,) = await proc.wait_for(1, outcome="delivered")
+            assert delivered["attempt"] >= 3 and delivered["eventId"] == retrying[0]["eventId"]
+            assert delivered["notificationId"] == retrying[0]["notificationId"]
 
-        sink.failing = True
-        async with aiohttp.ClientSession() as session:
-            assert await post_event(session, proc.events_url, event("doomed")) == 202
-        (dead,) = await proc.wait_for(1, outcome="dead_lettered", timeout=40)
-        assert dead["stage"] == "max-age" and dead["object"] == f"Kustomization/{NS}/doomed"
-        assert dead["attempt"] >= 1
-        kept = await proc.history(limit="1000")
-        await written(db, {r["id"] for r in kept})  # out of the recorder's buffer, in the file
-
+            sink.failing = True
+            async with aiohttp.ClientSession() as session:
+                assert await post_event(session, proc.events_url, event("doomed")) == 202
+            (dead,) = await proc.wait_for(1, outcome="dead_lettered", timeout=40)
+            assert dead["stage"] == "max-age" and dead["object"] == f"Kustomization/{NS}/doomed"
+            assert dead["attempt"] >= 1
+            kept = await proc.history(limit="1000")
+            await written(db, {r["id"] for r in kept})  # out of the recorder's buffer, in the file
+        except BaseException:
+            await proc.stop()
+            raise
         await proc.kill()  # SIGKILL: what was written stays
         sink.failing = False
         await proc.start()
@@ -246,9 +249,9 @@ async def test_two_replicas_on_nats_share_one_history(tmp_path: Path) -> None:
         m = manifests(tmp_path / "m", sink.url)
         a = Controller(m, list(args), log_path=tmp_path / "a.log")
         b = Controller(m, list(args), log_path=tmp_path / "b.log")
-        await a.start()
-        await b.start()
         try:
+            await a.start()
+            await b.start()
             async with aiohttp.ClientSession() as session:
                 assert await post_event(session, a.events_url, event("via-a")) == 202
                 assert await post_event(session, b.events_url, of_kind("Bucket", "via-b")) == 202
