@@ -77,8 +77,9 @@ def silence_errors(silence: Silence) -> list[str]:
         errors.append(f"spec.comment is longer than {MAX_COMMENT} characters")
     if not errors and spec.starts_at is not None:
         window = silence.window()
-        if window is not None and window[1] <= window[0]:
-            errors.append("spec.endsAt must be after spec.startsAt")
+        # equal is a Silence that has ended (``silence expire`` within the second of ``add``): not an error
+        if window is not None and window[1] < window[0]:
+            errors.append("spec.endsAt must not be before spec.startsAt")
     return errors
 
 

@@ -311,8 +311,8 @@ def _local_silence_error(silence: Silence) -> tuple[str, str] | None:
             "spec.startsAt",
             "required in local mode: a file has no creation time to start the Silence from",
         )
-    if window[1] <= window[0]:
-        return "spec.endsAt", "must be after spec.startsAt"
+    if window[1] < window[0]:  # equal: it has ended (``silence expire`` within the second of ``add``)
+        return "spec.endsAt", "must not be before spec.startsAt"
     return None
 
 

@@ -151,6 +151,8 @@ async def test_invalid_silence_documents_are_reported_with_file_line_and_field(t
     )
     write(tmp_path, "no-start.yaml", silence_doc("nostart", None, now + timedelta(hours=1)))
     write(tmp_path, "backwards.yaml", silence_doc("backwards", now, now - timedelta(hours=1)))
+    # ``silence expire`` within the second of ``add``: it has ended, which is not an error
+    write(tmp_path, "zero.yaml", silence_doc("zero", now, now))
     async with running_app(tmp_path) as app:
         feeder = app._feeder
         assert isinstance(feeder, LocalManifests)
@@ -162,9 +164,10 @@ async def test_invalid_silence_documents_are_reported_with_file_line_and_field(t
         }, errors
         assert "is not an RE2 expression" in errors[("bad-regex.yaml", 9, "spec.matchers[0].value")]
         assert "required in local mode" in errors[("no-start.yaml", 6, "spec.startsAt")]
-        assert "must be after spec.startsAt" in errors[("backwards.yaml", 12, "spec.endsAt")]
+        assert "must not be before spec.startsAt" in errors[("backwards.yaml", 12, "spec.endsAt")]
         assert app.store.silence("apps", "bad") is None
         assert await until(lambda: state(app, "good") is SilenceState.ACTIVE, "the valid one still loads")
+        assert await until(lambda: state(app, "zero") is SilenceState.EXPIRED, "the zero-length one loads")
         # fixed in place: the next poll loads it
         write(tmp_path, "no-start.yaml", silence_doc("nostart", now, now + timedelta(hours=1)))
         assert await until(lambda: state(app, "nostart") is SilenceState.ACTIVE, "the fixed file loads")

@@ -158,7 +158,7 @@ async def test_duration_counts_from_creation_and_a_silence_created_active_says_s
         (
             {"startsAt": T0.isoformat(), "endsAt": (T0 - timedelta(hours=1)).isoformat()},
             "spec.endsAt",
-            "must be after spec.startsAt",
+            "must not be before spec.startsAt",
         ),
     ],
 )
@@ -244,6 +244,15 @@ async def test_held_count_comes_from_the_store_at_most_every_ten_seconds() -> No
     result = await h.reconciler.reconcile((NS, "s"))  # the transition reads the final count
     assert (h.current().status.state, h.current().status.held) == (SilenceState.EXPIRED, 12)
     assert result == DONE
+
+
+async def test_a_silence_ending_when_it_starts_has_ended_and_is_valid() -> None:
+    """``silence expire`` within the second of ``add`` writes ``endsAt`` equal to ``startsAt``."""
+    h = Harness(retention=0)
+    h.add(silence(startsAt=T0.isoformat(), endsAt=T0.isoformat()))
+    assert await h.reconciler.reconcile((NS, "s")) == DONE
+    assert h.current().status.state is SilenceState.EXPIRED
+    assert ready(h.current())[:2] == ("True", "Expired")
 
 
 async def test_an_expired_silence_is_deleted_after_retention_with_its_uid() -> None:
