@@ -390,6 +390,11 @@ class NATSStore:
                     )
                 )
             except nats.js.errors.BadRequestError as exc:
+                # another replica created it between our look and our create ("subjects overlap with an
+                # existing stream"): use theirs
+                with suppress(nats.js.errors.NotFoundError):
+                    await js.stream_info(f"KV_{name}")
+                    return await js.key_value(name)
                 raise StoreError(
                     f"nats store: cannot create bucket {name} with {self.replicas} replica(s): "
                     f"{exc.description or exc}"
@@ -654,7 +659,7 @@ class NATSStore:
             bucket = await self._seen_bucket(js, ttl)
             for _ in range(2):
                 try:
-                    await bucket.create(digest, claim)
+                    await self._settled(lambda: bucket.create(digest, claim))
                 except nats.js.errors.KeyWrongLastSequenceError:
                     try:
                         return (await bucket.get(digest)).value != claim
@@ -664,6 +669,20 @@ class NATSStore:
             return True
 
         return await self._retrying("duplicate window", attempt)
+
+    @staticmethod
+    async def _settled(call: Callable[[], Awaitable[T]]) -> T:
+        """``call``, again (up to 4 times in ~0.3 s) while JetStream has no responder for a stream another
+        replica created a moment ago (seen on one server: "no responders", then "no response from
+        stream"). A repeated create finds its own claim (``seen``), so repeating is safe."""
+        delay = 0.02
+        for _ in range(4):
+            try:
+                return await call()
+            except (nats.errors.NoRespondersError, nats.js.errors.NoStreamResponseError):
+                await asyncio.sleep(delay)
+                delay *= 2
+        return await call()
 
     @staticmethod
     def _key(key: str) -> str:

@@ -75,6 +75,20 @@ async def test_duplicate_window_first_wins_across_replicas(tmp_path: Path) -> No
         assert await a.seen("event-0", 60) is True and await b.seen("event-0", 60) is True
 
 
+async def test_replicas_creating_the_same_windows_at_once_share_them(tmp_path: Path) -> None:
+    """Two replicas whose first ``seen`` for a window comes at the same moment both create its bucket; the
+    one JetStream refuses ("subjects overlap with an existing stream") uses the other's (it raised
+    StoreError, a 503 for the event, now and then on CI)."""
+    async with (
+        run_nats_server(jetstream=True, store_dir=str(tmp_path / "js")) as srv,
+        client(srv.url) as a,
+        client(srv.url) as b,
+    ):
+        for ttl in range(1, 31):  # 30 windows, each created by both replicas at once
+            answers = await asyncio.gather(a.seen(f"k{ttl}", ttl), b.seen(f"k{ttl}", ttl))
+            assert sorted(answers) == [False, True], (ttl, answers)
+
+
 async def test_an_unacked_lease_is_redelivered_to_the_other_replica(tmp_path: Path) -> None:
     async with (
         run_nats_server(jetstream=True, store_dir=str(tmp_path / "js")) as srv,
