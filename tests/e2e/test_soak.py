@@ -2,14 +2,16 @@
 
 Opt-in with ``-m soak`` (``make soak``); also marked ``e2e``. Bounded to about two minutes: set-up,
 ``LOAD_SECONDS`` of load, drain. The controller runs as a subprocess against the real test API server
-with the ServiceAccount of ``config/rbac``, as in production (``--log-level=info``), with two deliberate
+with the ServiceAccount of ``config/rbac``, as in production (``--log-level=info``), with three deliberate
 flags:
 
 * ``--rate-limit-interval=5s`` — the duplicate-event limiter remembers every event key for two
   intervals (Flux's 5 min default would make its map grow through the whole run by design, which is
   not a leak); with 5 s it reaches its steady size in the first third, so RSS growth means a leak;
 * ``--receiver-rate-limit=50`` — the default per-Receiver limit is exactly the 10 webhooks/s sent here,
-  and the soak is not about the limiter (which has its own tests).
+  and the soak is not about the limiter (which has its own tests);
+* ``--history-max-records=500`` — the history's ring (issue 27) holds the last 10,000 decisions by default
+  and fills through the whole run by design (~12 MB, not a leak); 500 are reached in the first third.
 
 Load, open loop (request *i* is sent at ``start + i/rate`` whatever the answers, so a slow controller
 shows as latency, not as a lower rate):
@@ -375,6 +377,7 @@ def test_soak_events_and_webhooks_while_alerts_and_providers_churn(
         "--log-level=info",
         "--rate-limit-interval=5s",
         "--receiver-rate-limit=50",
+        "--history-max-records=500",
         name="soak",
     )
     churn = Churn(kube, (churn_namespace, namespace), sink.url)
