@@ -252,7 +252,7 @@ async def test_a_silence_ending_when_it_starts_has_ended_and_is_valid() -> None:
     h.add(silence(startsAt=T0.isoformat(), endsAt=T0.isoformat()))
     assert await h.reconciler.reconcile((NS, "s")) == DONE
     assert h.current().status.state is SilenceState.EXPIRED
-    assert ready(h.current())[:2] == ("True", "Expired")
+    assert ready(h.current()) == ("True", "Expired", "expired at 2026-11-27T10:00:00Z")
 
 
 async def test_an_expired_silence_is_deleted_after_retention_with_its_uid() -> None:
