@@ -317,6 +317,8 @@ class Redactor:
         self._refs: dict[str, int] = {}  # value -> number of sources holding it
         self._lengths: dict[str, dict[int, int]] = {}  # prefix -> {length: values of that length}
         self._probe: dict[str, tuple[int, ...]] = {}  # prefix -> lengths, longest first (read by __call__)
+        self.version = 0
+        """Changes whenever the masked values do: a cache of masked texts is valid while it stays."""
         self.update(secrets)
 
     def __len__(self) -> int:
@@ -339,6 +341,7 @@ class Redactor:
             self._sources[key] = fresh
         else:
             self._sources.pop(key, None)
+        self.version += 1
         for value in old - fresh:
             self._release(value)
         for value in fresh - old:

@@ -9,7 +9,7 @@ from notification_controller.api.event import Event
 from notification_controller.core.redact import Redactor
 from notification_controller.history.memory import MemoryHistory
 from notification_controller.history.model import Outcome, Query, Record
-from notification_controller.history.recorder import REFUSED_BURST, Recorder
+from notification_controller.history.recorder import MEMO_SIZE, MEMO_TEXT, REFUSED_BURST, Recorder
 from notification_controller.metrics import HistoryMetrics
 
 SECRET = "s3cr3t-T0KEN-value-4b7d"
@@ -86,3 +86,21 @@ def test_a_failing_history_never_fails_the_caller() -> None:
     rec = Recorder(Broken(), Redactor(), HistoryMetrics(registry))
     rec.record(Outcome.DELIVERED, event("m"), "e")
     assert registry.get_sample_value("notification_history_dropped_total") == 1
+
+
+def test_a_masked_text_is_kept_only_while_the_secrets_stay_the_same() -> None:
+    """The memo of masked texts (module docstring) never shows a value a Secret added since has made secret,
+    and stays bounded."""
+    redactor = Redactor()
+    rec = Recorder(MemoryHistory(), redactor)
+    text = "token rotated-value-123 was used"
+    assert rec.mask(text) == text  # not a secret yet: kept as is
+    redactor.set_source(("Secret", "s"), ["rotated-value-123"])
+    assert rec.mask(text) == "token ***** was used"  # the Secret arrived: masked, not the memo's copy
+    redactor.set_source(("Secret", "s"), [])
+    assert rec.mask(text) == text
+    for n in range(MEMO_SIZE + 10):
+        rec.mask(f"a text that is long enough {n}")
+    assert len(rec._memo) <= MEMO_SIZE
+    assert rec.mask("x" * (MEMO_TEXT + 1)) == "x" * (MEMO_TEXT + 1)  # longer texts are not kept
+    assert "x" * (MEMO_TEXT + 1) not in rec._memo
