@@ -15,7 +15,7 @@ DEFAULT_TIMEOUT_SECONDS = 15.0
 
 
 class ProviderType(StrEnum):
-    """The 34 provider types of Flux's CRD enum, in the CRD's order."""
+    """The 34 provider types of Flux's CRD enum, in the CRD's order, then ours beyond Flux (``BEYOND_FLUX``)."""
 
     SLACK = "slack"
     DISCORD = "discord"
@@ -51,6 +51,30 @@ class ProviderType(StrEnum):
     OTEL = "otel"
     ZOOM = "zoom"
     INCIDENT_IO = "incident.io"
+    # beyond Flux (issue 28): in our CRD's enum only; a manifest written for Flux never names them
+    SMTP = "smtp"
+    NTFY = "ntfy"
+    PUSHOVER = "pushover"
+    GOTIFY = "gotify"
+    MATTERMOST = "mattermost"
+    CLOUDEVENTS = "cloudevents"
+    SNS = "sns"
+    SQS = "sqs"
+
+
+BEYOND_FLUX = frozenset(
+    {
+        ProviderType.SMTP,
+        ProviderType.NTFY,
+        ProviderType.PUSHOVER,
+        ProviderType.GOTIFY,
+        ProviderType.MATTERMOST,
+        ProviderType.CLOUDEVENTS,
+        ProviderType.SNS,
+        ProviderType.SQS,
+    }
+)
+"""The types Flux's controller does not have: documented as such in ``docs/providers/``."""
 
 
 COMMIT_STATUS_TYPES = frozenset(

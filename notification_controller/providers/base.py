@@ -122,6 +122,9 @@ class HTTPNotifier(abc.ABC):
     uses_tls: ClassVar[bool] = True
     template_only: ClassVar[bool] = False
     """True for the types that forward Flux's event (generic, sentry): see ``DeliveryContext.template``."""
+    propagates_trace: ClassVar[bool] = False
+    """True for the types whose receivers can continue a trace (generic, generic-hmac, cloudevents): with
+    ``--otlp-endpoint`` their requests carry the delivery's W3C ``traceparent``."""
 
     def __init__(self, opts: ProviderOptions) -> None:
         self.opts = opts

@@ -28,6 +28,7 @@ def generic_headers(event: Event, opts: ProviderOptions) -> dict[str, str]:
 class GenericNotifier(HTTPNotifier):
     type: ClassVar[ProviderType] = ProviderType.GENERIC
     template_only: ClassVar[bool] = True
+    propagates_trace: ClassVar[bool] = True
 
     def __init__(self, opts: ProviderOptions) -> None:
         super().__init__(opts)
@@ -61,6 +62,7 @@ class GenericNotifier(HTTPNotifier):
 class GenericHMACNotifier(HTTPNotifier):
     type: ClassVar[ProviderType] = ProviderType.GENERIC_HMAC
     template_only: ClassVar[bool] = True
+    propagates_trace: ClassVar[bool] = True
 
     def __init__(self, opts: ProviderOptions) -> None:
         super().__init__(opts)

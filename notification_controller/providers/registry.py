@@ -75,6 +75,15 @@ TYPES: Mapping[ProviderType, ProviderRecord] = MappingProxyType(
         ProviderType.WEBEX: ProviderRecord("webex", "WebexNotifier"),
         ProviderType.ZOOM: ProviderRecord("zoom", "ZoomNotifier"),
         ProviderType.ZULIP: ProviderRecord("zulip", "ZulipNotifier"),
+        # beyond Flux (issue 28)
+        ProviderType.SMTP: ProviderRecord("smtp", "SMTPNotifier"),
+        ProviderType.NTFY: ProviderRecord("ntfy", "NtfyNotifier"),
+        ProviderType.PUSHOVER: ProviderRecord("pushover", "PushoverNotifier"),
+        ProviderType.GOTIFY: ProviderRecord("gotify", "GotifyNotifier"),
+        ProviderType.MATTERMOST: ProviderRecord("mattermost", "MattermostNotifier"),
+        ProviderType.CLOUDEVENTS: ProviderRecord("cloudevents", "CloudEventsNotifier"),
+        ProviderType.SNS: ProviderRecord("aws", "SNSNotifier"),
+        ProviderType.SQS: ProviderRecord("aws", "SQSNotifier"),
     }
 )
 

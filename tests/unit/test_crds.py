@@ -26,6 +26,7 @@ from notification_controller.api.common import Model, SourceKind
 from notification_controller.api.messages import field_path
 from notification_controller.api.objects import parse_object
 from notification_controller.api.provider import (
+    BEYOND_FLUX,
     COMMIT_STATUS_EXPR_MESSAGE,
     Provider,
     ProviderSpec,
@@ -247,7 +248,8 @@ def test_metav1_condition_schema_in_every_status() -> None:
 
 def test_enums_equal_the_model_enums() -> None:
     """Reference §1.2-§1.4 enums; the CRD lists them in the models' (Flux's) order."""
-    assert len(ProviderType) == 34
+    assert len(ProviderType) == 34 + len(BEYOND_FLUX)
+    assert [t for t in ProviderType if t not in BEYOND_FLUX] == list(ProviderType)[:34]  # Flux's, first
     assert len(ReceiverType) == 13
     assert len(SourceKind) == 12
     assert _at(_schema("Provider"), "spec.type")["enum"] == [t.value for t in ProviderType]
