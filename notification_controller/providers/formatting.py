@@ -6,7 +6,7 @@ import unicodedata
 
 from ..api.event import Event
 
-__all__ = ["format_name_and_description", "split_camelcase"]
+__all__ = ["cut", "format_name_and_description", "split_camelcase"]
 
 
 def _char_class(ch: str) -> int:
@@ -52,3 +52,9 @@ def format_name_and_description(event: Event) -> tuple[str, str]:
     name = f"{obj.kind}/{obj.name}".lower()
     description = " ".join(split_camelcase(event.reason)).lower()
     return name, description
+
+
+def cut(text: str, limit: int) -> str:
+    """``text`` within ``limit`` characters, an ellipsis marking a cut (a service's documented field limit:
+    Pushover's 250-character title and 1024-character message, Mattermost's post)."""
+    return text if len(text) <= limit else text[: max(limit - 1, 0)] + "…"
