@@ -26,6 +26,14 @@ Whose identity (Flux's order):
   - GCP: the metadata server (``GCE_METADATA_HOST``, default ``metadata.google.internal``), as Google's
     client libraries do on GCE and GKE.
 
+* **AWS** (``sns``, ``sqs``; beyond Flux): only the controller's own, EKS IRSA's environment
+  (``AWS_ROLE_ARN``, ``AWS_WEB_IDENTITY_TOKEN_FILE``, re-read at every mint) exchanged at STS with
+  ``AssumeRoleWithWebIdentity`` (query protocol, unsigned; regional STS, ``AWS_ENDPOINT_URL_STS`` replaces
+  it) for temporary credentials that sign the requests (``lib/sigv4.py``), cached until shortly before they
+  expire. Where they may be sent is the provider's check (``providers/aws.py``: AWS hosts, or the
+  operator's flag or endpoint variables). A ServiceAccount's role (``spec.serviceAccountName``) is not
+  supported yet.
+
 Every request goes through the one outbound HTTP path (``Caller``) inside the delivery's time budget; the
 token endpoints see the Provider's proxy (as in Flux), never its TLS settings; the metadata server sees
 neither. Access tokens are reused from the dispatcher's ``TokenCache`` under Flux's key parts (cloud,
@@ -59,6 +67,7 @@ replace Google's STS and IAM Credentials endpoints.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import time
@@ -709,3 +718,172 @@ async def gcp_access_token(call: Caller) -> str:
         iam_url,
     )
     return await _cached(call, key, mint_for_account)
+
+
+# ---- AWS (IRSA: STS AssumeRoleWithWebIdentity, as the AWS SDKs' web identity provider) -------------------
+AWS_ROLE_ARN_ENV = "AWS_ROLE_ARN"
+AWS_TOKEN_FILE_ENV = "AWS_WEB_IDENTITY_TOKEN_FILE"
+AWS_SESSION_NAME_ENV = "AWS_ROLE_SESSION_NAME"
+AWS_STS_URL_ENV = "AWS_ENDPOINT_URL_STS"  # the SDKs' service-specific endpoint variable (the operator's)
+AWS_DEFAULT_SESSION_NAME = "notification-controller"
+STS_VERSION = "2011-06-15"
+# The hosts AWS services answer on (commercial and GovCloud, China, the dual-stack api.aws names): where a
+# tenant-named endpoint may be without the operator's flag, whichever credentials sign for it.
+AWS_HOST_SUFFIXES = (".amazonaws.com", ".amazonaws.com.cn", ".api.aws")
+_ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$")
+_XML_DECLARATIONS = re.compile(rb"<!(?:DOCTYPE|ENTITY)", re.IGNORECASE)
+
+
+def aws_endpoint(url: str) -> bool:
+    """``url`` is ``https://<name>.amazonaws.com[.cn]`` (or ``.api.aws``) on port 443, without userinfo: a
+    place an AWS request may go to without ``--workload-identity-custom-endpoints``."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return False
+    host = (parts.hostname or "").lower()
+    if parts.scheme.lower() != "https" or port not in (None, 443) or "@" in parts.netloc:
+        return False
+    for suffix in AWS_HOST_SUFFIXES:
+        if host.endswith(suffix):
+            labels = host[: -len(suffix)].split(".")
+            return all(is_dns_label(label) for label in labels)
+    return False
+
+
+def aws_partition_suffix(region: str) -> str:
+    """``amazonaws.com.cn`` for the China regions, else ``amazonaws.com``."""
+    return "amazonaws.com.cn" if region.startswith("cn-") else "amazonaws.com"
+
+
+def aws_error(body: str) -> tuple[str, str]:
+    """(code, message) of an AWS error answer: the query protocol's XML ``<Error><Code>`` (SNS, STS) or the
+    JSON protocol's ``__type`` (SQS: ``com.amazonaws.sqs#QueueDoesNotExist``); ("", "") when neither. The
+    body is the bounded, masked excerpt a ``DeliveryError`` carries."""
+    text = body.strip()
+    if text.startswith("{"):
+        try:
+            data = json.loads(text)
+        except (ValueError, RecursionError):
+            return "", ""
+        if not isinstance(data, dict):
+            return "", ""
+        kind = data.get("__type") or data.get("code") or ""
+        message = data.get("message") or data.get("Message") or ""
+        code = str(kind).rsplit("#", 1)[-1].split(":", 1)[0] if isinstance(kind, str) else ""
+        return code, message if isinstance(message, str) else ""
+    code = _xml_text(text, "Code")
+    return code, _xml_text(text, "Message") if code else ""
+
+
+def _xml_text(text: str, tag: str) -> str:
+    """The first ``<tag>...</tag>`` of an AWS XML answer, found without an XML parser (error excerpts are
+    cut at 1 KiB and need not be well formed)."""
+    match = re.search(rf"<{tag}>([^<]{{0,512}})</{tag}>", text)
+    return match.group(1).strip() if match else ""
+
+
+def sts_web_identity_request(url: str, role_arn: str, session_name: str, token: str) -> OutboundRequest:
+    """STS ``AssumeRoleWithWebIdentity`` in the query protocol (unsigned: the web identity token is the
+    credential)."""
+    form = {
+        "Action": "AssumeRoleWithWebIdentity",
+        "Version": STS_VERSION,
+        "RoleArn": role_arn,
+        "RoleSessionName": session_name,
+        "WebIdentityToken": token,
+    }
+    return OutboundRequest(
+        "POST",
+        url,
+        {"Content-Type": FORM + "; charset=utf-8", "Accept": "text/xml"},
+        urlencode(form).encode(),
+    )
+
+
+def sts_credentials(body: bytes, what: str) -> CachedToken:
+    """The temporary credentials of an ``AssumeRoleWithWebIdentity`` answer: the secret key as the token's
+    value (masked wherever the cache's values are), the key id and session token in ``extra``."""
+    import xml.etree.ElementTree as ET
+
+    def invalid(why: str) -> PermanentDeliveryError:
+        return PermanentDeliveryError(f"{what}: {why}", reason="invalid_response", failure=FailureReason.AUTH)
+
+    if _XML_DECLARATIONS.search(body):  # no DTD, no entity: nothing for an expansion bomb to stand on
+        raise invalid("the STS answer declares a DTD or entities")
+    try:
+        root = ET.fromstring(body)  # noqa: S314 (no DTD, checked above; at most the client's 64 KiB)
+    except ET.ParseError:
+        raise invalid("the STS answer is not XML") from None
+    node = root.find(".//{*}Credentials")
+    if node is None:
+        raise invalid("the STS answer has no Credentials")
+    values = {key: (node.findtext(f"{{*}}{key}") or "").strip() for key in (
+        "AccessKeyId", "SecretAccessKey", "SessionToken", "Expiration"
+    )}  # fmt: skip
+    if not all(values.values()):
+        raise invalid("the STS answer lacks AccessKeyId, SecretAccessKey, SessionToken or Expiration")
+    try:
+        expires_at = datetime.fromisoformat(values["Expiration"].replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        raise invalid("unable to parse the credentials' Expiration") from None
+    extra = {"accessKeyId": values["AccessKeyId"], "sessionToken": values["SessionToken"]}
+    return CachedToken(values["SecretAccessKey"], expires_at, extra)
+
+
+async def aws_web_identity_credentials(call: Caller, region: str) -> CachedToken:
+    """The controller's temporary AWS credentials: its projected web identity token
+    (``AWS_WEB_IDENTITY_TOKEN_FILE``, re-read at every mint since the kubelet rotates it) exchanged at STS
+    for ``AWS_ROLE_ARN`` (EKS IRSA's environment), reused from the dispatcher's ``TokenCache`` until
+    shortly before they expire. STS is regional (``AWS_REGION``/``AWS_DEFAULT_REGION``, else ``region``,
+    the target's), ``AWS_ENDPOINT_URL_STS`` replaces it. The value is the secret key; ``extra`` holds
+    ``accessKeyId`` and ``sessionToken``: every one of them is masked in this delivery's errors."""
+    identity = _identity(call)
+    where = "failed to get AWS credentials for the controller's web identity"
+    role_arn, token_file = identity.env(AWS_ROLE_ARN_ENV), identity.env(AWS_TOKEN_FILE_ENV)
+    missing = [n for n, v in ((AWS_ROLE_ARN_ENV, role_arn), (AWS_TOKEN_FILE_ENV, token_file)) if not v]
+    if missing:
+        raise fail(
+            f"{where}: no static keys in the Secret (awsAccessKeyId, awsSecretAccessKey) and missing "
+            f"environment variables for web identity ({', '.join(missing)}): check the ServiceAccount's "
+            "eks.amazonaws.com/role-arn annotation and the pod identity webhook"
+        )
+    if not _ROLE_ARN.match(role_arn):
+        raise fail(f"{where}: {AWS_ROLE_ARN_ENV} is not an IAM role ARN")
+    sts_region = identity.env("AWS_REGION") or identity.env("AWS_DEFAULT_REGION") or region
+    sts_url = require_http_url(
+        identity.env(AWS_STS_URL_ENV) or f"https://sts.{sts_region}.{aws_partition_suffix(sts_region)}/",
+        AWS_STS_URL_ENV,
+    )
+    session = identity.env(AWS_SESSION_NAME_ENV) or AWS_DEFAULT_SESSION_NAME
+
+    async def mint() -> CachedToken:
+        try:
+            token = (await asyncio.to_thread(Path(token_file).read_text, encoding="utf-8")).strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise fail(f"{where}: cannot read {AWS_TOKEN_FILE_ENV}: {exc.__class__.__name__}") from None
+        if not token:
+            raise fail(f"{where}: {AWS_TOKEN_FILE_ENV} is empty")
+        call.add_mask(token)
+        try:
+            response = await call.send(
+                sts_web_identity_request(sts_url, role_arn, session, token), what=where, proxy=True, tls=False
+            )
+        except DeliveryError as exc:
+            code, message = aws_error(exc.body)
+            if code:  # STS's own words (IDPRejectedClaim, InvalidIdentityToken, AccessDenied...)
+                raise type(exc)(
+                    f"{where}: {code}: {message} (HTTP {exc.status})",
+                    reason=exc.reason,
+                    failure=FailureReason.AUTH,
+                    status=exc.status,
+                    body=exc.body,
+                ) from None
+            raise
+        return sts_credentials(response.body, where)
+
+    key = cache_key("aws", "controller", role_arn, token_file, session, sts_url, _proxy(call))
+    credentials = await mint_or_cached(_cache(call), key, mint)
+    call.add_mask(credentials.value, credentials.extra.get("sessionToken", ""))
+    return credentials
