@@ -91,6 +91,8 @@ CHANGE_REQUEST_TYPES = frozenset(
     {ProviderType.GITHUB_PR_COMMENT, ProviderType.GITLAB_MR_COMMENT, ProviderType.GITEA_PR_COMMENT}
 )
 GENERIC_TYPES = frozenset({ProviderType.GENERIC, ProviderType.GENERIC_HMAC})
+BODY_TEMPLATE_TYPES = GENERIC_TYPES | {ProviderType.CLOUDEVENTS}
+"""The types whose request body a ``spec.bodyTemplate`` may replace (cloudevents: the event's data)."""
 
 COMMIT_STATUS_EXPR_MESSAGE = (
     "spec.commitStatusExpr is only supported for the 'github', 'gitlab', 'gitea', 'bitbucketserver', "
@@ -130,8 +132,9 @@ class ProviderSpec(Model):
     body_template: str | None = Field(
         None,
         description=(
-            "generic and generic-hmac only (beyond Flux): a Jinja2 template rendering the whole JSON request "
-            "body, with the variables event, alert and provider (docs/templates.md)."
+            "generic, generic-hmac and cloudevents only (beyond Flux): a Jinja2 template rendering the whole "
+            "JSON request body (cloudevents: the event's data), with the variables event, alert and provider "
+            "(docs/templates.md)."
         ),
         json_schema_extra={"maxLength": 8192},
     )
@@ -144,8 +147,10 @@ class ProviderSpec(Model):
         errors: list[str] = []
         if self.commit_status_expr is not None and self.type not in COMMIT_STATUS_TYPES:
             errors.append(COMMIT_STATUS_EXPR_MESSAGE)
-        if self.body_template is not None and self.type not in GENERIC_TYPES:
-            errors.append("spec.bodyTemplate is only supported for the 'generic' and 'generic-hmac' types")
+        if self.body_template is not None and self.type not in BODY_TEMPLATE_TYPES:
+            errors.append(
+                "spec.bodyTemplate is only supported for the 'generic', 'generic-hmac' and 'cloudevents' types"
+            )
         return errors
 
 

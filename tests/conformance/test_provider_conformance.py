@@ -219,7 +219,7 @@ DOC_TYPES = frozenset(
     {
         "generic", "generic-hmac", "slack", "discord", "rocket", "msteams", "googlechat", "webex", "telegram",
         "lark", "matrix", "opsgenie", "alertmanager", "grafana", "pagerduty", "datadog", "zulip", "zoom",
-        "incident.io", "sentry",
+        "incident.io", "sentry", "cloudevents",
     }
 )  # fmt: skip
 DOC_CASES = [c for c in ALL_CASES if c.type in DOC_TYPES]
@@ -404,7 +404,7 @@ TEMPLATE_ONLY = frozenset(
     {
         "generic", "generic-hmac", "sentry", "azureeventhub", "githubdispatch", "github", "gitlab", "gitea",
         "bitbucket", "bitbucketserver", "azuredevops", "githubpullrequestcomment",
-        "gitlabmergerequestcomment", "giteapullrequestcomment",
+        "gitlabmergerequestcomment", "giteapullrequestcomment", "cloudevents",
     }
 )  # fmt: skip
 TEMPLATED = Message("TitleMarker7q", "TextMarker9z", "error", (("FieldMarker", "ValueMarker"),))

@@ -888,7 +888,10 @@ async def test_provider_reports_every_error() -> None:
     obj = h.get_provider()
     assert ready(obj).reason == "ValidationFailed"
     message = ready(obj).message
-    assert "spec.bodyTemplate is only supported for the 'generic' and 'generic-hmac' types" in message
+    assert (
+        "spec.bodyTemplate is only supported for the 'generic', 'generic-hmac' and 'cloudevents' types"
+        in message
+    )
     assert "spec.bodyTemplate: " in message and "invalid commitStatusExpr expression: " in message
 
 
