@@ -177,6 +177,9 @@ class Deliverer:
             return _attempted(
                 DeliveryOutcome.RETRY, error, None, "internal", attempt.status, started, attempt
             )
+        if notification.received_at:  # event received -> delivered (docs/monitoring.md); 0.0: an older row
+            latency = time.time() - notification.received_at  # wall clock: received maybe on another replica
+            self.report.of(notification.provider_type).latency.observe(latency if latency > 0.0 else 0.0)
         if attempt is None:
             self.report.delivered(notification)
         else:

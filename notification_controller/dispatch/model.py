@@ -2,15 +2,13 @@
 
 * ``Draft``: one event × one matched Alert while the *pre-queue* stages run (Flux's per-Alert rules in
   ``rules.py``, then any stage added at composition time). It holds the live Alert and Provider.
-* ``Notification``: what a pre-queue pass produces and a lane (or the durable outbox) holds: plain data
-  — the event, references to the Alert and Provider with their generations, the commit-status id, the
-  attempt count, a stable id (the ``Idempotency-Key``) and its event's (``event_id``, optional on reading).
-  ``to_json``/``from_json`` round-trip it, so a durable store can keep it; nothing live is in it.
+* ``Notification``: what a pre-queue pass makes and a lane (or the durable outbox) holds, as plain data: the
+  event, the Alert and Provider (with generations), commit-status id, attempts, a stable id (the
+  ``Idempotency-Key``), its event's, when it was made (``received_at``): ``to_json`` keeps all for the store.
 * ``Delivery``: a Notification resolved at send time against the *current* Alert and Provider (and the
   Provider's cached notifier), which the *pre-send* stages (hooks, templates) see and may change.
 
-Every reason a notification is not sent is a ``DropReason``: the value labels
-``notification_dropped_total{reason}``.
+Every reason a notification is not sent is a ``DropReason``: it labels ``notification_dropped_total{reason}``.
 """
 
 from __future__ import annotations
@@ -18,8 +16,9 @@ from __future__ import annotations
 import enum
 import itertools
 import os
+import time
 from collections.abc import Awaitable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import orjson
@@ -86,6 +85,7 @@ class Notification:
     group: tuple[tuple[str, str, str], ...] = ()
     """A grouped notification's quoted events: (object, severity, message); templates see them."""
     event_id: str = ""  # the received event's id (``new_id``): its records in the history share it
+    received_at: float = field(default_factory=time.time)  # made (epoch s): the delivery latency's start
 
     @property
     def lane(self) -> str:
@@ -114,6 +114,7 @@ class Notification:
                 **({"message": orjson.Fragment(self.message.to_json())} if self.message is not None else {}),
                 **({"group": [list(g) for g in self.group]} if self.group else {}),
                 **({"eventId": self.event_id} if self.event_id else {}),
+                **({"receivedAt": self.received_at} if self.received_at else {}),
             }
         )
 
@@ -136,6 +137,7 @@ class Notification:
                 message=Message.from_raw(raw["message"]) if raw.get("message") is not None else None,
                 group=tuple((str(o), str(s), str(m)) for o, s, m in raw.get("group", ())),
                 event_id=str(raw.get("eventId", "")),
+                received_at=float(raw.get("receivedAt", 0.0)),
             )
         except (ValueError, KeyError, TypeError, AttributeError, ControllerError) as exc:
             raise ControllerError(f"unreadable stored notification: {type(exc).__name__}: {exc}") from None

@@ -54,11 +54,12 @@ def alert_fields(alert: Alert, **more: object) -> dict[str, object]:
 class TypeMetrics:
     """The metric children of one provider type, resolved once: ``labels()`` costs more than ``inc()``."""
 
-    __slots__ = ("duration", "notifications")
+    __slots__ = ("duration", "latency", "notifications")
 
     def __init__(self, metrics: EventMetrics, ptype: str) -> None:
         self.notifications = metrics.notifications.labels(provider_type=ptype)
         self.duration = metrics.delivery_duration.labels(provider_type=ptype)
+        self.latency = metrics.delivery_latency.labels(provider_type=ptype)
 
 
 class ProviderSeries:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 from ...api.alert import Alert
@@ -245,6 +246,7 @@ class GroupFlusher:
             event=event,
             message=message,
             group=group.samples,
+            received_at=time.time(),  # the wait the Alert asked for is not delivery latency
         )
         # sent first, then marked: a replica that loses the compare-and-set sent the same id (stored once)
         await enqueue(notification)

@@ -150,7 +150,10 @@ def test_notification_is_plain_data_and_round_trips_through_json() -> None:
             "int",
             "Message | None",
             "tuple[tuple[str, str, str], ...]",
+            "float",
         ), field_
+    # the event's receipt travels with it (notification_delivery_latency_seconds survives the outbox)
+    assert n.received_at > 0 and Notification.from_json(raw).received_at == n.received_at
     # a stage's message (a group, a recovery) travels with it
     grouped = dataclasses.replace(
         n,
