@@ -279,8 +279,8 @@ def binary_request(ce: CloudEvent, extensions: Mapping[str, str]) -> tuple[dict[
     headers = {"Content-Type": JSON}
     for name, value in ce.attributes.items():
         headers["ce-" + name] = header_value(value)
-    for name, value in extensions.items():
-        headers["ce-" + name] = value
+    for name, value in extensions.items():  # the Secret's value is the attribute's: encoded like ours
+        headers["ce-" + name] = header_value(value)
     return headers, ce.data
 
 

@@ -295,6 +295,12 @@ def test_odd_characters_are_percent_encoded_in_headers_and_read_back_whole() -> 
     assert attributes_of(structured)["subject"] == revision
 
 
+@pytest.mark.parametrize("mode", ["binary", "structured"])
+def test_an_extension_attribute_reads_back_as_the_secret_wrote_it(mode: str) -> None:
+    request = notifier(channel=mode, headers={"ce-note": 'a %41 "b"'}).build_request(flux_event())
+    assert attributes_of(request)["note"] == 'a %41 "b"'  # not 'a A "b"'
+
+
 def test_attributes_are_bounded_and_stay_distinct() -> None:
     """A tenant's 100 kB revision or name cannot make a header a receiver refuses (8 KiB fields)."""
     a = notifier().build_request(flux_event(reason="Progressing", metadata={"revision": "r" * 100_000}))
