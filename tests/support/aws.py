@@ -86,9 +86,16 @@ class MotoServer:
                 self.proc.kill()
                 self.proc.wait()
 
-    def require_auth(self) -> None:
-        """From now on every request must be signed by a moto-issued key allowed by an IAM policy."""
-        request = urllib.request.Request(f"{self.url}/moto-api/reset-auth", data=b"0", method="POST")
+    def require_auth(self, free: int = 0) -> None:
+        """After the next ``free`` actions, every request must be signed by a moto-issued key allowed by an
+        IAM policy (moto cannot check an unsigned STS ``AssumeRoleWithWebIdentity``: it answers 500; a free
+        action lets one through)."""
+        request = urllib.request.Request(
+            f"{self.url}/moto-api/reset-auth",
+            data=str(free).encode(),
+            method="POST",
+            headers={"Content-Type": "text/plain"},
+        )
         with urllib.request.urlopen(request, timeout=10):
             pass
 
