@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import ClassVar
@@ -306,6 +306,13 @@ class CloudEventsNotifier(HTTPNotifier):
         self.mode = content_mode(opts.channel)
         self.extensions, self.headers = extension_headers(opts.headers)
         self.provider_key = f"{opts.namespace}/{opts.name}"
+        # An extension (``ce-cluster: apps``) is a label, not a credential: masked, it would blank the word
+        # out of every error text ("HelmRelease/***/podinfo"). The other headers and the Secret stay masked.
+        public = set(self.extensions.values()) - set(self.headers.values())
+        self._masks = [m for m in opts.masks() if m not in public]
+
+    def masks(self) -> Sequence[str]:
+        return self._masks
 
     async def post(self, event: Event, ctx: DeliveryContext) -> None:
         alert = ctx.alert

@@ -301,6 +301,15 @@ def test_an_extension_attribute_reads_back_as_the_secret_wrote_it(mode: str) -> 
     assert attributes_of(request)["note"] == 'a %41 "b"'  # not 'a A "b"'
 
 
+def test_extensions_are_labels_not_masked_and_other_headers_are() -> None:
+    from notification_controller.outbound import masked
+
+    ce = notifier(headers={"ce-cluster": "apps", "Authorization": "Bearer s3cr3t-token"})
+    text = "POST failed for HelmRelease/apps/podinfo with Bearer s3cr3t-token"
+    shown = masked(text, ce.masks())
+    assert shown.startswith("POST failed for HelmRelease/apps/podinfo with ") and "s3cr3t" not in shown
+
+
 def test_attributes_are_bounded_and_stay_distinct() -> None:
     """A tenant's 100 kB revision or name cannot make a header a receiver refuses (8 KiB fields)."""
     a = notifier().build_request(flux_event(reason="Progressing", metadata={"revision": "r" * 100_000}))
