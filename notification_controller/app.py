@@ -35,11 +35,13 @@ from .core.ratelimit import FixedWindowLimiter
 from .core.redact import Redactor
 from .dispatch.builder import build as build_pipeline
 from .dispatch.duplicates import SharedDuplicateWindow
+from .dispatch.heartbeat import Heartbeats
 from .dispatch.quiet.held import held_total
 from .errors import ConfigError, KubeError, StoreError
 from .history import History, open_history
 from .history.recorder import Recorder
 from .hooks import Hooks, load_hooks_config
+from .lib import buildinfo
 from .lib.clock import Clock, SystemClock
 from .metrics import DeliveryMetrics, EventMetrics, HistoryMetrics, InhibitMetrics, NoiseMetrics
 from .objects.base import Change, Cluster, ObjectStore, secret_data
@@ -57,6 +59,7 @@ from .store import store_from_settings
 from .store.base import Store
 from .store.instrumented import InstrumentedStore
 from .store.memory import MemoryStore
+from .tracing import open_tracer
 
 if TYPE_CHECKING:
     from .server.ui.context import Actions
@@ -108,6 +111,8 @@ class App:
             Recorder(self.history, self.redactor, history_metrics) if self.history is not None else None
         )
         self.http = OutboundHTTP(self.retry)
+        # --otlp-endpoint: the OpenTelemetry SDK is imported here, only then (tracing/, docs/tracing.md)
+        self.tracer = open_tracer(s.tracing.otlp_endpoint, service_version=buildinfo.version())
         self.cluster: Cluster
         self._feeder: Any = None
         self._tasks: list[asyncio.Task[Any]] = []
@@ -203,6 +208,7 @@ class App:
             graph=graph,
             inhibit_metrics=inhibit_metrics,
             history=self.decisions,
+            tracer=self.tracer,
         )
         self.dispatcher = self.pipeline.dispatcher
         self.outbox = self.pipeline.outbox
@@ -219,6 +225,9 @@ class App:
         alert_reconciler = self.controllers.reconcilers["Alert"]
         assert isinstance(alert_reconciler, AlertReconciler)
         alert_reconciler.held = self.quiet.status  # the Held condition (docs/silences.md)
+        self.heartbeats = Heartbeats(  # Alert spec.heartbeat; at most once per interval: the store decides
+            self.store, noise_state, clock=self.clock, leading=self._beats, counter=self.metrics.heartbeats
+        )
         if self.outbox is not None:
             provider_reconciler = self.controllers.reconcilers["Provider"]
             assert isinstance(provider_reconciler, ProviderReconciler)
@@ -271,6 +280,16 @@ class App:
     @property
     def leadership_lost(self) -> bool:
         return not self.settings.local_mode and self._kube.lost.is_set()
+
+    def _beats(self) -> bool:
+        """Whether this replica sends heartbeats now: when ready, and when leading if leader election runs
+        (with the memory store the replicas share no state: the leader alone keeps them once per interval)."""
+        if not self.ready():
+            return False
+        if self.settings.local_mode or not self.settings.leader.enabled:
+            return True
+        elector = self._kube.elector
+        return elector is not None and elector.is_leader
 
     def ready(self) -> bool:
         """Serving, synced, not stopping, and the durable store opened. Not the store's last answer: every
@@ -360,6 +379,8 @@ class App:
             shared_window=self.shared_window,
             export_path_metrics=s.server.export_http_path_metrics,
             history=self.decisions,
+            tracer=self.tracer,
+            mask=self.redactor,
         ).server()
         host, port = split_addr(s.server.events_addr)
         self.ports["events"] = await self._event_server.start(host, port)
@@ -378,6 +399,8 @@ class App:
             self._tasks.append(released)
         summaries = asyncio.create_task(self.quiet.run(self.dispatcher.enqueue), name="quiet-summaries")
         self._tasks.append(summaries)
+        beats = asyncio.create_task(self.heartbeats.run(self.dispatcher.enqueue), name="heartbeats")
+        self._tasks.append(beats)
 
     def _ui_app(self) -> web.Application:
         # imported here: Jinja2's templates and the pages are loaded only when the UI is on
@@ -466,6 +489,7 @@ class App:
             replay_store=self.state,
             sandbox=self.sandbox,
             http=self.http,  # OIDC discovery goes out the one outbound path (proxies, TLS)
+            tracer=self.tracer,
         )
 
     def _controllers(self) -> list[asyncio.Task[Any]]:
@@ -501,6 +525,7 @@ class App:
             await self.history.close()
         if self.state is not None:
             await self.state.close()
+        await self.tracer.shutdown()  # the last spans, within 5 s: a collector that hangs does not hold us
         await self.http.close()
         for runner in self._runners.values():
             await runner.cleanup()

@@ -133,6 +133,8 @@ def parse_args(argv: Sequence[str] | None = None, environ: dict[str, str] | None
         if section == "kube":
             values["kubeconfig"] = values["kubeconfig"] or env.get("KUBECONFIG") or None
             values["runtime_namespace"] = env.get("RUNTIME_NAMESPACE", "flux-system")
+        if section == "tracing":  # OpenTelemetry's own variable, as the SDKs read it (docs/tracing.md)
+            values["otlp_endpoint"] = values["otlp_endpoint"] or env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "")
         sections[section] = cls(**values)
     top = {name: ns[name] for name, _, _ in flag_fields(Settings)}
     settings = Settings(**sections, **top)

@@ -465,6 +465,19 @@ class UISettings:
 
 
 @dataclass(frozen=True)
+class TracingSettings:
+    """Traces of the pipeline (issue 28, docs/tracing.md): off unless ``--otlp-endpoint`` is given."""
+
+    otlp_endpoint: str = opt(
+        "",
+        "--otlp-endpoint",
+        "send a trace of every event (ingest, matching, stages, queue, each delivery attempt) to an "
+        "OpenTelemetry collector at URL/v1/traces (OTLP/HTTP protobuf; needs the tracing extra); empty: "
+        "$OTEL_EXPORTER_OTLP_ENDPOINT, else no tracing",
+    )
+
+
+@dataclass(frozen=True)
 class Settings:
     server: ServerSettings = field(default_factory=ServerSettings)
     events: EventSettings = field(default_factory=EventSettings)
@@ -478,6 +491,7 @@ class Settings:
     silences: SilenceSettings = field(default_factory=SilenceSettings)
     history: HistorySettings = field(default_factory=HistorySettings)
     ui: UISettings = field(default_factory=UISettings)
+    tracing: TracingSettings = field(default_factory=TracingSettings)
     sandbox: SandboxSettings = field(default_factory=SandboxSettings)
     feature_gates: dict[str, bool] = opt(
         dict,

@@ -36,6 +36,7 @@ from ..settings import Settings
 from ..store.base import Store
 from ..store.instrumented import InstrumentedStore
 from ..store.memory import MemoryStore
+from ..tracing import NOOP, Tracer
 from .deliverer import Deliverer
 from .dispatcher import Dispatcher
 from .filtering import FilterOffload
@@ -53,6 +54,7 @@ from .report import Reporter
 from .rules import CommitStatusAtSend, flux_rules
 from .stage import StageLike
 from .templates import TemplateStage
+from .traced import traced, traced_queue
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,7 @@ def build(
     graph: GraphSource | None = None,  # Flux's sourceRef/dependsOn graph (inhibition; objects/graph.py)
     inhibit_metrics: InhibitMetrics | None = None,
     history: Recorder | None = None,  # the history of decisions (history/; None: --history=false)
+    tracer: Tracer = NOOP,  # --otlp-endpoint: spans for stages that act, the queue, deliveries (tracing/)
 ) -> Pipeline:
     """``template_errors``: the templates stage runs (its error counter); ``noise``: noise control runs
     over this state store; ``durable``: the outbox replaces the memory lanes. ``pre_queue``,
@@ -157,6 +160,10 @@ def build(
         *(in_place.post_send() if in_place else ()),
         *post_send,
     ]
+    # tracing on: each stage in a span when it acts (traced.py); off: the same lists, untouched
+    queue_stages = traced(queue_stages, Draft, tracer, report.redactor)
+    send_stages = traced(send_stages, Delivery, tracer, report.redactor)
+    after_stages = traced(after_stages, Delivery, tracer, report.redactor)
     # ---- the components that run them ----------------------------------------------------------------
     identity = WorkloadIdentity(  # cloud workload identity: ServiceAccount tokens, metadata caches
         cluster,
@@ -165,7 +172,15 @@ def build(
         custom_endpoints=kube.workload_identity_custom_endpoints,
     )
     deliverer = Deliverer(
-        store, notifiers, report, http, identity, tokens, pre_send=send_stages, post_send=after_stages
+        store,
+        notifiers,
+        report,
+        http,
+        identity,
+        tokens,
+        pre_send=send_stages,
+        post_send=after_stages,
+        tracer=tracer,
     )
     outbox = None
     queue: Queue
@@ -202,6 +217,7 @@ def build(
         report,
         metrics,
         observe=inhibition.observe if inhibition else None,  # every event, matched or not
+        tracer=tracer,
     )
-    dispatcher = Dispatcher(matcher, queue_stages, queue, report)
+    dispatcher = Dispatcher(matcher, queue_stages, traced_queue(queue, tracer), report)
     return Pipeline(dispatcher, deliverer, report, control, outbox, quiet, inhibition)

@@ -11,23 +11,33 @@ With the history on (``Reporter.history``), each attempt is timed and the outbou
 into an ``AttemptLog`` (``outbound.ATTEMPT_LOG``): the ``Result`` carries the latency, the provider's status
 code and the masked request summary, and whoever decides what the attempt came to records it — ``delivered``
 here, ``failed`` by ``send`` (the memory lanes give up), ``retrying``/``dead_lettered`` by the outbox.
+
+With tracing on (``--otlp-endpoint``, ``tracing/``), ``deliver`` is ``_deliver_traced``: each attempt is a
+client span, a child of the span that queued the notification (``Notification.traceparent``, stored with it
+in the outbox), with the provider type, the Alert and Provider (``namespace/name``), the attempt, the outcome,
+the provider's status code and the failure reason; the pre-send stages that act are its children, and the
+requests of a notifier that ``propagates_trace`` (generic, generic-hmac, cloudevents) carry its
+``traceparent``. Off, ``deliver`` is ``_deliver`` itself: no call, no check on the way.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
+from typing import Protocol
 
 from ..api.alert import Alert
 from ..errors import ControllerError, DeliveryError, PermanentDeliveryError, RetryableDeliveryError
 from ..history.model import Outcome
 from ..objects.base import ObjectStore
-from ..outbound import ATTEMPT_LOG, IDEMPOTENCY_KEY, AttemptLog, OutboundHTTP
+from ..outbound import ATTEMPT_LOG, IDEMPOTENCY_KEY, TRACEPARENT, AttemptLog, OutboundHTTP
 from ..outbound.identity import WorkloadIdentity
 from ..outbound.tokens import TokenCache
 from ..providers.base import DeliveryContext
+from ..tracing import CURRENT, NOOP, SpanKind, Tracer
 from .model import DELIVERED, GONE, Delivery, DeliveryOutcome, Drop, DropReason, Notification, Result
 from .notifiers import NotifierCache
 from .report import Reporter
@@ -36,6 +46,12 @@ from .stage import Runner, StageLike, name_of
 log = logging.getLogger(__name__)
 
 MAX_CACHED_CONTEXTS = 4096
+
+
+class Deliver(Protocol):
+    """``Deliverer.deliver``: one attempt (``idempotency_key``: sent as ``Idempotency-Key``)."""
+
+    def __call__(self, notification: Notification, *, idempotency_key: str = "") -> Awaitable[Result]: ...
 
 
 class Deliverer:
@@ -50,6 +66,7 @@ class Deliverer:
         *,
         pre_send: Sequence[StageLike[Delivery]] = (),
         post_send: Sequence[StageLike[Delivery]] = (),
+        tracer: Tracer = NOOP,
     ) -> None:
         self.store = store
         self.notifiers = notifiers
@@ -60,6 +77,9 @@ class Deliverer:
         self.pre_send = Runner(pre_send, Delivery, self._dropped, self._failed)
         self.post_send = Runner(post_send, Delivery, lambda delivery, drop: None, self._after_failed)
         self._contexts: dict[tuple[str, str], DeliveryContext] = {}  # per Alert: ``_context``
+        self.tracer = tracer
+        self.tracing = tracer.enabled
+        self.deliver: Deliver = self._deliver_traced if tracer.enabled else self._deliver
 
     def _dropped(self, delivery: Delivery, drop: Drop) -> None:
         self.report.drop(drop, delivery.provider_type, delivery.alert, notification=delivery.notification)
@@ -110,7 +130,41 @@ class Deliverer:
             return Drop(DropReason.CONFIG)
         return Delivery(n, n.event, alert, provider, options, notifier, message=n.message)
 
-    async def deliver(self, notification: Notification, *, idempotency_key: str = "") -> Result:
+    async def _deliver_traced(self, notification: Notification, *, idempotency_key: str = "") -> Result:
+        """``_deliver`` in a client span (see the module docstring)."""
+        n = notification
+        span = self.tracer.start(
+            f"deliver {n.provider_type}",
+            parent=n.traceparent or None,
+            kind=SpanKind.CLIENT,
+            attributes={
+                "notification.provider.type": n.provider_type,
+                "notification.alert": n.alert.key,
+                "notification.provider": n.provider.key,
+                "notification.attempt": max(n.attempt, 1),
+                "notification.id": n.id,
+            },
+        )
+        token = CURRENT.set(span)
+        try:
+            result = await self._deliver(n, idempotency_key=idempotency_key)
+        except BaseException as exc:  # cancelled (shutdown): the attempt did not end
+            span.fail("cancelled" if isinstance(exc, asyncio.CancelledError) else "internal")
+            span.end()
+            raise
+        finally:
+            CURRENT.reset(token)
+        span.set("notification.outcome", result.outcome.value)
+        if result.status_code is not None:
+            span.set("http.response.status_code", result.status_code)
+        if result.outcome is DeliveryOutcome.RETRY or result.outcome is DeliveryOutcome.PERMANENT:
+            span.fail(result.reason or "internal")
+            if result.error:
+                span.set("notification.error", result.error)  # masked by the Reporter, as in the logs
+        span.end()
+        return result
+
+    async def _deliver(self, notification: Notification, *, idempotency_key: str = "") -> Result:
         """Resolve, run the pre-send stages and send once; count and report the outcome.
         ``idempotency_key``: sent as ``Idempotency-Key`` by HTTP providers."""
         ptype = notification.provider_type
@@ -136,15 +190,20 @@ class Deliverer:
                 templated=delivery.templated,
                 edit=delivery.edit,
             )
-        attempt = AttemptLog() if self.report.history is not None else None
+        attempt = AttemptLog() if self.report.history is not None or self.tracing else None
+        propagate = self.tracing and getattr(delivery.notifier, "propagates_trace", False)
         started = time.perf_counter()
         try:
             if idempotency_key or attempt is not None:
                 key = IDEMPOTENCY_KEY.set(idempotency_key) if idempotency_key else None
                 logged = ATTEMPT_LOG.set(attempt) if attempt is not None else None
+                span = CURRENT.get() if propagate else None
+                traced = TRACEPARENT.set(span.traceparent) if span is not None else None
                 try:
                     await delivery.notifier.post(delivery.event, ctx)
                 finally:
+                    if traced is not None:
+                        TRACEPARENT.reset(traced)
                     if logged is not None:
                         ATTEMPT_LOG.reset(logged)
                     if key is not None:
@@ -180,6 +239,7 @@ class Deliverer:
         if notification.received_at:  # event received -> delivered (docs/monitoring.md); 0.0: an older row
             latency = time.time() - notification.received_at  # wall clock: received maybe on another replica
             self.report.of(notification.provider_type).latency.observe(latency if latency > 0.0 else 0.0)
+        done = DELIVERED
         if attempt is None:
             self.report.delivered(notification)
         else:
@@ -187,7 +247,7 @@ class Deliverer:
             self.report.delivered(notification, done)
         if self.post_send.stages:
             await self.post_send.finish(delivery)  # delivered already: the outcome stands
-        return DELIVERED
+        return done
 
     def _context(self, alert: Alert, commit_status: str) -> DeliveryContext:
         """One immutable context per Alert version, not one per delivery (a commit status gets a copy)."""

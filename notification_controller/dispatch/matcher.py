@@ -27,10 +27,12 @@ from ..core.matching import CompiledAlert, SourceMatch, encode_message
 from ..history.model import Outcome
 from ..metrics import EventMetrics
 from ..objects.base import ObjectStore
+from ..tracing import NOOP, Tracer
 from .filtering import FilterOffload
 from .labels import LabelCache, LookupResult
 from .model import DropReason
 from .report import Reporter
+from .traced import Match, traced_match
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +52,10 @@ class Matcher:
         report: Reporter,
         metrics: EventMetrics,
         observe: Observe | None = None,
+        tracer: Tracer = NOOP,
     ) -> None:
+        # tracing on (--otlp-endpoint): matching in a span (traced.py); off: ``match`` is the method itself
+        self.match: Match = traced_match(self._match_event, tracer)
         self.store = store
         self.labels = labels
         self.filters = filters
@@ -58,7 +63,7 @@ class Matcher:
         self.metrics = metrics
         self.observe = observe
 
-    def match(self, event: Event, event_id: str = "") -> Matched:
+    def _match_event(self, event: Event, event_id: str = "") -> Matched:
         observed = self.observe(event) if self.observe is not None else None
         matched, later = self._match(event, event_id)
         return (matched, later) if observed is None else (matched, _after(observed, later))

@@ -86,6 +86,7 @@ class Notification:
     """A grouped notification's quoted events: (object, severity, message); templates see them."""
     event_id: str = ""  # the received event's id (``new_id``): its records in the history share it
     received_at: float = field(default_factory=time.time)  # made (epoch s): the delivery latency's start
+    traceparent: str = ""  # W3C, of the queue's span (--otlp-endpoint, tracing/): its deliveries continue it
 
     @property
     def lane(self) -> str:
@@ -93,15 +94,12 @@ class Notification:
         return self.provider.key
 
     def to_json(self) -> bytes:
+        a = self.alert
         return orjson.dumps(
             {
                 "v": FORMAT_VERSION,
                 "id": self.id,
-                "alert": {
-                    "namespace": self.alert.namespace,
-                    "name": self.alert.name,
-                    "generation": self.alert.generation,
-                },
+                "alert": {"namespace": a.namespace, "name": a.name, "generation": a.generation},
                 "provider": {
                     "namespace": self.provider.namespace,
                     "name": self.provider.name,
@@ -115,6 +113,7 @@ class Notification:
                 **({"group": [list(g) for g in self.group]} if self.group else {}),
                 **({"eventId": self.event_id} if self.event_id else {}),
                 **({"receivedAt": self.received_at} if self.received_at else {}),
+                **({"traceparent": self.traceparent} if self.traceparent else {}),
             }
         )
 
@@ -138,6 +137,7 @@ class Notification:
                 group=tuple((str(o), str(s), str(m)) for o, s, m in raw.get("group", ())),
                 event_id=str(raw.get("eventId", "")),
                 received_at=float(raw.get("receivedAt", 0.0)),
+                traceparent=str(raw.get("traceparent", ""))[:55],  # we write version 00; parsed when used
             )
         except (ValueError, KeyError, TypeError, AttributeError, ControllerError) as exc:
             raise ControllerError(f"unreadable stored notification: {type(exc).__name__}: {exc}") from None

@@ -8,12 +8,22 @@ The retry decision is pure (``retry.py``); a failure is a ``DeliveryError`` with
 ``body`` excerpt and a ``FailureReason``, so no caller parses a message.
 """
 
-from .client import ATTEMPT_LOG, IDEMPOTENCY_KEY, AttemptLog, Budget, OutboundHTTP, RetryPolicy, masked
+from .client import (
+    ATTEMPT_LOG,
+    IDEMPOTENCY_KEY,
+    TRACEPARENT,
+    AttemptLog,
+    Budget,
+    OutboundHTTP,
+    RetryPolicy,
+    masked,
+)
 from .request import OutboundRequest, OutboundResponse, path_segment, shared_headers
 
 __all__ = [
     "ATTEMPT_LOG",
     "IDEMPOTENCY_KEY",
+    "TRACEPARENT",
     "AttemptLog",
     "Budget",
     "OutboundHTTP",

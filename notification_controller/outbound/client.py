@@ -78,6 +78,12 @@ IDEMPOTENCY_KEY: contextvars.ContextVar[str] = contextvars.ContextVar("idempoten
 it as ``Idempotency-Key`` (IETF httpapi-idempotency-key-header), on every attempt, so a receiver can drop
 redeliveries. A header of that name from the Provider's own headers wins."""
 
+TRACEPARENT: contextvars.ContextVar[str] = contextvars.ContextVar("traceparent", default="")
+"""Set by the deliverer around a delivery whose notifier ``propagates_trace`` while tracing is on
+(``--otlp-endpoint``, docs/tracing.md): every request of that delivery carries it as the W3C ``traceparent``
+header, naming the delivery's span, so the receiver's trace continues ours. A Provider's own header of that
+name wins."""
+
 
 class AttemptLog:
     """What one delivery sent, for the history (issue 27): set in ``ATTEMPT_LOG`` by the deliverer around a
@@ -315,6 +321,9 @@ class OutboundHTTP:
         key = IDEMPOTENCY_KEY.get()
         if key and not any(name.lower() == "idempotency-key" for name in headers):
             headers = {**headers, "Idempotency-Key": key}
+        traceparent = TRACEPARENT.get()
+        if traceparent and not any(name.lower() == "traceparent" for name in headers):
+            headers = {**headers, "traceparent": traceparent}
         if request.basic_auth:  # set by hand: aiohttp.BasicAuth is deprecated in aiohttp 3.14
             user, password = request.basic_auth
             token = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")

@@ -24,6 +24,12 @@ The history (issue 27, ``history/``): what is decided here is recorded here — 
 ``duplicate``, a refusal (400, 405, 413, 503...) as ``refused`` with the rejection reason (within the
 recorder's refusal budget: a flood of bad POSTs cannot push the useful records out). An admitted event is
 recorded by the pipeline. Recording is a synchronous append: the answer never waits for it.
+
+Tracing (``--otlp-endpoint``, docs/tracing.md): each request is a server span, continuing the W3C
+``traceparent`` the client sent (a Flux controller instrumented with OpenTelemetry, a CI job), with the
+event's object, reason and severity (masked, bounded) and the answer's status; it is ``tracing.CURRENT``
+while the event is matched and prepared, so matching, the stages that act and the queue are its children.
+Off, ``__call__`` is the untraced handler: one boolean read per request.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ from ..errors import StoreError
 from ..history.model import Outcome
 from ..history.recorder import Recorder
 from ..metrics import EventMetrics
+from ..tracing import CURRENT, NOOP, Span, SpanKind, Tracer, current
 from .http1 import HTTPServer, Request, Response, ServerLimits
 
 log = logging.getLogger(__name__)
@@ -107,8 +114,13 @@ class EventEndpoint:
         shared_window: SharedDuplicateWindow | None = None,
         export_path_metrics: bool = False,
         history: Recorder | None = None,
+        tracer: Tracer = NOOP,
+        mask: Callable[[str], str] = str,
     ) -> None:
         self.dispatcher = dispatcher
+        self.tracer = tracer
+        self.tracing = tracer.enabled
+        self.mask = mask  # the Redactor: span attributes are masked as log lines are
         self.history = history
         self.limiter = limiter
         self.metrics = metrics
@@ -128,6 +140,11 @@ class EventEndpoint:
 
     # ---- the HTTP server's Handler -----------------------------------------------------------------------
     def __call__(self, request: Request) -> Response | Coroutine[Any, Any, Response]:
+        if self.tracing:
+            return self._traced(request)
+        return self._handle(request)
+
+    def _handle(self, request: Request) -> Response | Coroutine[Any, Any, Response]:
         start = time.perf_counter()
         try:
             result = self.process(request)
@@ -139,6 +156,44 @@ class EventEndpoint:
             self._observe(request, result.status, len(result.body), start)
             return result
         return self._finish(request, result, start)
+
+    def _traced(self, request: Request) -> Response | Coroutine[Any, Any, Response]:
+        """``_handle`` in a server span (see the module docstring)."""
+        method = request.method if request.method in _METHODS else "OTHER"
+        span = self.tracer.start(
+            f"{method} {_HANDLER}",
+            parent=request.header("traceparent"),
+            kind=SpanKind.SERVER,
+            attributes={"http.request.method": method, "url.path": path_label(request.path)},
+        )
+        token = CURRENT.set(span)
+        try:
+            result = self._handle(request)
+        except BaseException as exc:
+            span.fail(type(exc).__name__)
+            span.end()
+            raise
+        finally:
+            CURRENT.reset(token)
+        if isinstance(result, Response):
+            _answered(span, result.status)
+            return result
+        return self._traced_finish(result, span)
+
+    @staticmethod
+    async def _traced_finish(pending: Coroutine[Any, Any, Response], span: Span) -> Response:
+        token = CURRENT.set(span)  # this task's context: the durable admission is part of the trace
+        status = 500
+        try:
+            response = await pending
+            status = response.status
+            return response
+        except asyncio.CancelledError:
+            status = CLIENT_CLOSED
+            raise
+        finally:
+            CURRENT.reset(token)
+            _answered(span, status)
 
     def refused(self, request: Request, status: int) -> Response:
         """Answers the HTTP server gives itself (413 body too large; 400 body too slow, Host missing or
@@ -204,6 +259,8 @@ class EventEndpoint:
             if self.history is not None:
                 self.history.refused(None, new_id(), 400, "bad_request", str(exc))
             return Response.text(400, f"{exc}\n")
+        if self.tracing:
+            self._describe(event)
         cleaned = cleanup_metadata(event.metadata, event.object_group)
         if cleaned != event.metadata:
             event = event.model_copy(update={"metadata": cleaned})
@@ -276,6 +333,13 @@ class EventEndpoint:
             with contextlib.suppress(StoreError):
                 await self.shared_window.release(key)
 
+    def _describe(self, event: Event) -> None:
+        """The event on the ingest span: which object, why, how severe (masked; ``Span.set`` bounds them)."""
+        span, obj, mask = current(), event.involved_object, self.mask
+        span.set("notification.event.object", mask(f"{obj.kind}/{obj.namespace}/{obj.name}"[:1024]))
+        span.set("notification.event.reason", mask(event.reason[:1024]))
+        span.set("notification.event.severity", mask(event.severity[:64]))
+
     def _duplicate(self, event: Event, headers: dict[str, str]) -> Response:
         self.metrics.events_rejected.labels(reason="rate_limited").inc()
         if self.history is not None:
@@ -297,6 +361,13 @@ class EventEndpoint:
             self.history.refused(event, new_id(), 503, "store_unavailable", f"state store unavailable: {exc}")
         log.warning("refusing event for %s (503): %s", event.involved_object.describe(), exc)
         return Response.text(503, "state store unavailable\n", {"Retry-After": "5"})
+
+
+def _answered(span: Span, status: int) -> None:
+    span.set("http.response.status_code", status)
+    if status >= 500:
+        span.fail(str(status))
+    span.end()
 
 
 def path_label(path: str) -> str:

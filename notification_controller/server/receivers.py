@@ -22,6 +22,11 @@ Order of checks (Flux's, plus the hardening marked *), one status code each, alw
 The webhook path is a credential: it is never logged above debug, nor used as a metric label; logs name the
 Receiver and the first 8 hex characters of the digest (``core.webhook.path_digest_prefix``).
 
+Tracing (``--otlp-endpoint``, docs/tracing.md): with it, the handler is ``traced_handle``: each request is
+a server span continuing the sender's W3C ``traceparent``, with the receiver type, the Receiver
+(``namespace/name``, once the path named one), the outcome (the metric's label) and the status — never the
+path, a header or the body.
+
 Malformed HTTP (a bad chunk size, ``Content-Length`` with ``Transfer-Encoding``, a bad header line) is
 answered 400 by aiohttp's parser before any handler runs, and aiohttp logs it with ``logger.exception``:
 anyone who reaches the port could fill the log at error level and page the operator. The runner is given
@@ -62,6 +67,7 @@ from ..receivers.targets import FilterError, RequestBodyError, Trigger, compile_
 from ..sandbox import SandboxPool
 from ..settings import EventSettings, ReceiverSettings
 from ..store.base import Store
+from ..tracing import CURRENT, NOOP, SpanKind, Tracer, current
 
 log = logging.getLogger(__name__)
 
@@ -292,7 +298,10 @@ class ReceiverServer:
         replay_store: Store | None = None,
         http: OutboundHTTP | None = None,
         sandbox: SandboxPool | None = None,
+        tracer: Tracer = NOOP,
     ) -> None:
+        self.tracer = tracer
+        self.tracing = tracer.enabled
         self.sandbox = sandbox  # resource filters and generic-oidc CEL beyond the inline-safe subset
         self.store = store
         self.settings = settings
@@ -336,6 +345,10 @@ class ReceiverServer:
                 answer = _Answer(500, "error")
             status = answer.status
             self._child(self.metrics.requests, answer.type, answer.outcome).inc()
+            if self.tracing:
+                span = current()
+                span.set("notification.receiver.type", answer.type)
+                span.set("notification.receiver.outcome", answer.outcome)
             response = web.Response(status=answer.status, headers=answer.headers)
             if answer.close:
                 response.force_close()
@@ -345,6 +358,28 @@ class ReceiverServer:
             self._child(self.metrics.http_duration, "", HANDLER_LABEL, method, str(status)).observe(
                 time.perf_counter() - start
             )
+
+    async def traced_handle(self, request: web.Request) -> web.StreamResponse:
+        """``handle`` in a server span (see the module docstring)."""
+        method = request.method if request.method in _METHODS else "OTHER"
+        span = self.tracer.start(
+            f"{method} {HOOK_PREFIX}",
+            parent=request.headers.get("traceparent"),
+            kind=SpanKind.SERVER,
+            attributes={"http.request.method": method},
+        )
+        token = CURRENT.set(span)
+        status = 500
+        try:
+            response = await self.handle(request)
+            status = response.status
+            return response
+        finally:
+            CURRENT.reset(token)
+            span.set("http.response.status_code", status)
+            if status >= 500:
+                span.fail(str(status))
+            span.end()
 
     def _child(self, metric: Any, *labels: str) -> Any:
         """Cached metric children (``labels()`` was a sixth of the handler's time); label sets are bounded."""
@@ -412,6 +447,8 @@ class ReceiverServer:
                     more,
                 )
             return _Answer(404, "not_found", rtype)
+        if self.tracing:  # only once the path is the current one: a rotated-away path names no Receiver
+            current().set("notification.receiver", who)
         if request.method != "POST":
             log.debug("receiver %s (hook %s): method %s not allowed", who, hook, request.method[:16])
             return _Answer(405, "method_not_allowed", rtype, {"Allow": "POST"})
@@ -531,6 +568,7 @@ def create_receiver_app(
     replay_store: Store | None = None,
     http: OutboundHTTP | None = None,
     sandbox: SandboxPool | None = None,
+    tracer: Tracer = NOOP,
 ) -> web.Application:
     """Build the receiver app. ``metrics`` (or ``registry``) must not be the global default registry."""
     settings = settings or ReceiverServerSettings()
@@ -550,6 +588,7 @@ def create_receiver_app(
         replay_store=replay_store,
         http=http,
         sandbox=sandbox,
+        tracer=tracer,
     )
 
     async def close(_: web.Application) -> None:
@@ -559,7 +598,9 @@ def create_receiver_app(
     app = web.Application(client_max_size=settings.body_limit)
     app[SERVER_KEY] = server
     app.on_cleanup.append(close)
-    handler: Callable[[web.Request], Awaitable[web.StreamResponse]] = server.handle
+    handler: Callable[[web.Request], Awaitable[web.StreamResponse]] = (
+        server.traced_handle if tracer.enabled else server.handle
+    )
     # every path reaches the handler (its 404 has an empty body): "." stops at a percent-decoded line break, and
     # aiohttp's own 404 would answer "/hook/%0A" with a text body
     app.router.add_route("*", r"/{tail:[\s\S]*}", handler)
