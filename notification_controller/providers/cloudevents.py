@@ -15,8 +15,10 @@ What goes out (docs/providers/cloudevents.md has the table and an example):
   have one — a HelmRelease installed, upgraded, rolled back or uninstalled → ``service.deployed``,
   ``service.upgraded``, ``service.rolledback``, ``service.removed``; a Kustomization reconciled →
   ``environment.modified`` — when the event has a revision and a timestamp (``CDEVENT_TYPES``). The data
-  is then the CDEvent (``context`` + ``subject``, Flux's event as ``customData``), shaped so that our own
-  ``cdevents`` receiver (``receivers/cdevents.py: validate_cdevent``) and Flux's accept it. Every other
+  is then the CDEvent (``context`` + ``subject``, Flux's event as ``customData``): our ``cdevents`` receiver
+  (``receivers/cdevents.py: validate_cdevent``) accepts it, and all five shapes passed the spec's v0.4.1 JSON
+  schemas (the ones Flux's receiver applies through sdk-go; checked with ``jsonschema`` 4.26 when this module
+  was written, the schemas are not vendored). Every other
   event is ``io.fluxcd.event.v1.<severity>`` with Flux's event JSON (as ``generic`` sends it) as data.
 * ``source``: the involved object's API path (``/apis/<group>/<version>/namespaces/<ns>/<resource>/<name>``,
   the resource guessed from the kind as Kubernetes' ``meta.UnsafeGuessKindToResource`` does); ``subject``:
