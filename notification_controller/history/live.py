@@ -32,13 +32,15 @@ class Fanout:
     """Hands each published record to every subscriber's queue, dropping for the slow ones."""
 
     def __init__(self) -> None:
-        self._subscribers: set[Subscriber] = set()
+        self.subscribers: set[Subscriber] = set()
+        """Read by the backends' ``record_row`` (``if live.subscribers:``): a record is built for the live
+        tail only when someone reads it."""
 
     def __len__(self) -> int:
-        return len(self._subscribers)
+        return len(self.subscribers)
 
     def publish(self, r: Record) -> None:
-        for sub in self._subscribers:
+        for sub in self.subscribers:
             try:
                 sub.queue.put_nowait(r)
             except asyncio.QueueFull:
@@ -46,7 +48,7 @@ class Fanout:
 
     def close(self) -> None:
         """End every subscription (the iterators return)."""
-        for sub in self._subscribers:
+        for sub in self.subscribers:
             while True:
                 try:
                     sub.queue.put_nowait(None)
@@ -55,10 +57,10 @@ class Fanout:
                     sub.queue.get_nowait()  # make room for the end mark: the reader is leaving anyway
 
     async def subscribe(self) -> AsyncIterator[Record]:
-        if len(self._subscribers) >= MAX_SUBSCRIBERS:
+        if len(self.subscribers) >= MAX_SUBSCRIBERS:
             return
         sub = Subscriber()
-        self._subscribers.add(sub)
+        self.subscribers.add(sub)
         try:
             while True:
                 r = await sub.queue.get()
@@ -66,4 +68,4 @@ class Fanout:
                     return
                 yield r
         finally:
-            self._subscribers.discard(sub)
+            self.subscribers.discard(sub)

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 
 from ..metrics import HistoryMetrics
 from .live import Fanout
-from .model import Query, Record, Row
+from .model import _OUTCOME, Query, Record, Row
 
 
 class MemoryHistory:
@@ -24,6 +24,7 @@ class MemoryHistory:
         self._ring: deque[Row] = deque(maxlen=max_records)  # rows: untracked by the collector (model.py)
         self._live = Fanout()
         self._metrics = metrics
+        self._counts = metrics.counts if metrics is not None else None
 
     async def start(self) -> None:
         return None
@@ -38,11 +39,16 @@ class MemoryHistory:
         return True
 
     def record(self, r: Record, /) -> None:
-        self._ring.append(r.row())
-        if self._metrics is not None:
-            self._metrics.recorded(r.outcome)
-        if self._live:
-            self._live.publish(r)
+        self.record_row(r.row())
+
+    def record_row(self, row: Row, /) -> None:
+        self._ring.append(row)
+        counts = self._counts
+        if counts is not None:  # HistoryMetrics.recorded, inline (the pipeline's path)
+            outcome = row[_OUTCOME]
+            counts[outcome] = counts.get(outcome, 0) + 1
+        if self._live.subscribers:
+            self._live.publish(Record.from_row(row))
 
     async def query(self, q: Query, /) -> list[Record]:
         out: list[Record] = []

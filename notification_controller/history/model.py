@@ -47,6 +47,10 @@ class Outcome(enum.StrEnum):
 
 
 OUTCOMES = frozenset(o.value for o in Outcome)
+OUTCOME_VALUES: Mapping[Outcome, str] = {o: o.value for o in Outcome}
+"""The plain string of each outcome, for rows: ``Outcome.X.value`` is two Python-level calls (the enum's
+descriptor), a dict lookup is none, and a row holding the member itself would stay tracked by the garbage
+collector (the member is a tracked object; a row of strings and numbers is not)."""
 
 
 def cut(text: str, limit: int = MAX_TEXT) -> str:
@@ -61,17 +65,29 @@ _last_ns = 0
 def new_record_id(time_ns: int | None = None) -> str:
     """A unique id that sorts by time: 20 digits of nanoseconds, then 4 hex characters of this process.
     Within one process ids are strictly increasing (a tie moves the clock on by one nanosecond)."""
-    return stamp(time_ns)[0]
+    return record_id(next_ns(time_ns))
 
 
-def stamp(time_ns: int | None = None) -> tuple[str, float]:
-    """``(id, epoch seconds)`` of a record made now (``time_ns``): one clock reading for both."""
+def next_ns(time_ns: int | None = None) -> int:
+    """Nanoseconds since the epoch, now (``time_ns``), strictly increasing within this process: what a
+    record's id is made of (``record_id``)."""
     global _last_ns
     ns = _time.time_ns() if time_ns is None else time_ns
     if ns <= _last_ns:
         ns = _last_ns + 1
     _last_ns = ns
-    return f"{ns:020d}{_SUFFIX}", ns / 1e9
+    return ns
+
+
+def record_id(ns: int) -> str:
+    """The id of the record made at ``ns`` (``next_ns``)."""
+    return f"{ns:020d}{_SUFFIX}"
+
+
+def stamp(time_ns: int | None = None) -> tuple[str, float]:
+    """``(id, epoch seconds)`` of a record made now (``time_ns``): one clock reading for both."""
+    ns = next_ns(time_ns)
+    return record_id(ns), ns / 1e9
 
 
 def rfc3339_ms(epoch: float) -> str:
@@ -91,9 +107,28 @@ def parse_rfc3339(text: str) -> float:
 
 
 Row = tuple[
-    str, float, str, str, str, str, str, str, str, str, str, str, str, str, int, float | None, int | None, str
+    int | str,
+    float,
+    str,
+    str,
+    str,
+    str,
+    str,
+    str,
+    str,
+    str,
+    str,
+    str,
+    str,
+    str,
+    int,
+    float | None,
+    int | None,
+    str,
 ]
-"""``Record.row``: the fields in order, the outcome as its string."""
+"""``Record.row``: the fields in order, the outcome as its string. The id may be left as the ``next_ns``
+it is made of (the ``Recorder``'s rows: ``record_id`` formats it when the row is read, not on the
+pipeline's path — formatting was a fifth of a record's cost)."""
 
 # indexes of the fields a query filters on, in a Row
 _TIME: Final = 1
@@ -143,7 +178,10 @@ class Record:
 
     @classmethod
     def from_row(cls, row: Row) -> Record:
-        return cls(*row[:11], Outcome(row[11]), *row[12:])
+        ident = row[0]
+        return cls(
+            ident if isinstance(ident, str) else record_id(ident), *row[1:11], Outcome(row[11]), *row[12:]
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -277,7 +315,12 @@ class History(Protocol):
     async def close(self) -> None: ...
 
     def record(self, r: Record, /) -> None:
-        """Keep ``r``; never blocks, never raises (a full buffer drops it and counts)."""
+        """Keep ``r``; never blocks, never raises (a full buffer drops it and counts). Same as
+        ``record_row(r.row())``."""
+
+    def record_row(self, row: Row, /) -> None:
+        """Keep the record ``row`` (``Record.row``): what the ``Recorder`` calls, without making a ``Record``
+        (the pipeline's path: see recorder.py). Never blocks, never raises."""
 
     async def query(self, q: Query, /) -> list[Record]:
         """The records ``q`` selects, newest first, at most ``q.bounded_limit``."""

@@ -46,7 +46,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, RetentionPolic
 from ..errors import StoreError
 from ..metrics import HistoryMetrics
 from .live import Fanout
-from .model import Query, Record
+from .model import _OUTCOME, Query, Record, Row
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ class NATSHistory:
         self.subject = f"{connection.prefix}.history"
         self._nc: Client | None = None
         self._js: JetStreamContext | None = None
-        self._buffer: deque[Record] = deque()
+        self._buffer: deque[Row] = deque()
         self._flusher: asyncio.Task[None] | None = None
         self._live = Fanout()
         self._tail: Any = None  # the core subscription feeding the live tail
@@ -196,14 +196,17 @@ class NATSHistory:
 
     # ---- recording --------------------------------------------------------------------------------------
     def record(self, r: Record, /) -> None:
+        self.record_row(r.row())
+
+    def record_row(self, row: Row, /) -> None:
         if len(self._buffer) >= BUFFER:
             self._drop(1)
             return
-        self._buffer.append(r)
+        self._buffer.append(row)
         if self.metrics is not None:
-            self.metrics.recorded(r.outcome)
-        if self._tail is None and self._live:  # no NATS tail yet: this process's records
-            self._live.publish(r)
+            self.metrics.recorded(row[_OUTCOME])
+        if self._tail is None and self._live.subscribers:  # no NATS tail yet: this process's records
+            self._live.publish(Record.from_row(row))
 
     def _drop(self, n: int) -> None:
         self.dropped += n
@@ -225,7 +228,7 @@ class NATSHistory:
             self._drop(n)
             return
         while buffer:
-            r = buffer.popleft()
+            r = Record.from_row(buffer.popleft())
             try:
                 await nc.publish(self.subject, orjson.dumps(r.to_json()))
             except (nats.errors.Error, OSError) as exc:
@@ -259,7 +262,9 @@ class NATSHistory:
     async def query(self, q: Query, /) -> list[Record]:
         if self._js is None:
             raise StoreError("nats history is not started")
-        pending = [r for r in self._buffer.copy() if q.matches(r)]  # not published yet
+        pending = [
+            Record.from_row(row) for row in self._buffer.copy() if q.matches_row(row)
+        ]  # not published yet
         try:
             stored = await self._read_backwards(self._js, q)
         except (nats.errors.Error, OSError, TimeoutError) as exc:

@@ -32,7 +32,7 @@ from ..api.event import Event
 from ..core.redact import MIN_LEN, Redactor
 from ..lib.tokenbucket import Bucket
 from ..metrics import HistoryMetrics
-from .model import CUT, MAX_TEXT, History, Outcome, Record, stamp
+from .model import CUT, MAX_TEXT, OUTCOME_VALUES, History, Outcome, next_ns
 
 REFUSED_RATE = 10.0
 REFUSED_BURST = 100
@@ -65,10 +65,10 @@ class Recorder:
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.history = history
-        self._put = history.record
+        self._put = history.record_row
         self.redactor = redactor
         self.metrics = metrics
-        self._last: tuple[Event | None, str, str, str, str] = (None, "", "", "", "")
+        self._last: tuple[Event | None, tuple[str, str, str, str]] = (None, ("", "", "", ""))
         self.monotonic = monotonic
         self._bucket = Bucket(REFUSED_RATE, REFUSED_BURST, monotonic())
         self._memo: dict[str, str] = {}
@@ -95,21 +95,27 @@ class Recorder:
             memo[text] = masked
         return masked
 
-    def _event_fields(self, event: Event | None) -> tuple[str, str, str, str]:
-        """(object, severity, reason, message) of ``event``, masked; the last event's are reused."""
-        last = self._last
-        if event is last[0] and event is not None:
-            return last[1], last[2], last[3], last[4]
-        if event is None:
-            return "", "", "", ""
-        obj, mask = event.involved_object, self.mask
+    def _event_fields(self, event: Event) -> tuple[str, str, str, str]:
+        """(object, severity, reason, message) of ``event``, masked, kept as the last event's."""
+        obj = event.involved_object
+        kind, name = obj.kind, obj.name
+        key = f"{kind}/{obj.namespace}/{name}" if kind or name else ""
+        memo = self._memo
+        if self._memo_version != self.redactor.version:  # a Secret changed: what was masked may differ
+            memo.clear()
+            self._memo_version = self.redactor.version
+        # the memo's lookups inline (``mask`` for what it does not hold): a call per field was a tenth of a
+        # record's cost; object keys and reasons are short and repeat, a severity is shorter than any value
+        # the Redactor masks
+        get, mask = memo.get, self.mask
+        severity, reason, message = event.severity, event.reason, event.message
         fields = (
-            mask(f"{obj.kind}/{obj.namespace}/{obj.name}") if obj.kind or obj.name else "",
-            mask(event.severity),
-            mask(event.reason),
-            mask(event.message),
+            get(key) or mask(key),
+            severity if len(severity) < MIN_LEN else mask(severity),
+            get(reason) or mask(reason),
+            get(message) or mask(message),
         )
-        self._last = (event, *fields)
+        self._last = (event, fields)
         return fields
 
     def record(
@@ -129,32 +135,28 @@ class Recorder:
         status_code: int | None = None,
         request: str = "",
     ) -> None:
-        """One decision. Never raises: the pipeline must go on whatever the history does."""
+        """One decision. Never raises: the pipeline must go on whatever the history does.
+
+        The record goes to the history as a ``Record.row`` tuple made here, with no ``Record`` in between
+        (see the module docstring for what that saved)."""
         try:
-            obj, severity, reason, message = self._event_fields(event)
-            ident, now = stamp()
+            last = self._last
+            if event is last[0]:
+                obj, severity, reason, message = last[1]
+            elif event is None:
+                obj = severity = reason = message = ""
+            else:
+                obj, severity, reason, message = self._event_fields(event)
+            if detail:
+                detail = self._memo.get(detail) or self.mask(detail)
+            ns = next_ns()
             self._put(
-                Record(
-                    ident,
-                    now,
-                    event_id,
-                    notification_id,
-                    obj,
-                    severity,
-                    reason,
-                    message,
-                    alert,
-                    provider,
-                    provider_type,
-                    outcome,
-                    stage,
-                    self.mask(detail) if detail else "",
-                    attempt,
-                    latency_ms,
-                    status_code,
+                (
+                    ns, ns / 1e9, event_id, notification_id, obj, severity, reason, message, alert, provider,
+                    provider_type, OUTCOME_VALUES[outcome], stage, detail, attempt, latency_ms, status_code,
                     self.mask(request) if request else "",
                 )
-            )
+            )  # fmt: skip
         except Exception:  # a bug here must not fail a POST or a delivery: counted instead
             if self.metrics is not None:
                 self.metrics.dropped.inc()

@@ -42,7 +42,7 @@ import orjson
 from ..errors import StoreError
 from ..metrics import HistoryMetrics
 from .live import Fanout
-from .model import Query, Record
+from .model import _OUTCOME, Query, Record, Row
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +134,7 @@ class SQLiteHistory:
         self.metrics = metrics
         self.read_only = read_only
         self.now = now
-        self._buffer: deque[Record] = deque()
+        self._buffer: deque[Row] = deque()
         self._wake = threading.Event()
         self._stop = False
         self._thread: threading.Thread | None = None
@@ -176,17 +176,20 @@ class SQLiteHistory:
 
     # ---- recording: the pipeline's side -----------------------------------------------------------------
     def record(self, r: Record, /) -> None:
+        self.record_row(r.row())
+
+    def record_row(self, row: Row, /) -> None:
         buffer = self._buffer
         if len(buffer) >= BUFFER:
             self._drop_one()
             return
-        buffer.append(r)
+        buffer.append(row)
         if self.metrics is not None:
-            self.metrics.recorded(r.outcome)
+            self.metrics.recorded(row[_OUTCOME])
         if len(buffer) >= BATCH:
             self._wake.set()
-        if self._live:
-            self._live.publish(r)
+        if self._live.subscribers:
+            self._live.publish(Record.from_row(row))
 
     def subscribe(self) -> AsyncIterator[Record]:
         return self._live.subscribe()
@@ -252,12 +255,13 @@ class SQLiteHistory:
         buffer = self._buffer
         if not buffer:
             return
-        batch: list[Record] = []
+        batch: list[Row] = []
         while buffer and len(batch) < BATCH:
             batch.append(buffer.popleft())
         rows = []
         added = 0
-        for r in batch:
+        for row in batch:
+            r = Record.from_row(row)  # made here, in the writer thread, not on the pipeline's path
             try:
                 data = orjson.dumps(r.to_json())
             except (TypeError, ValueError, OverflowError) as exc:  # cannot happen with a Record; counted
@@ -330,7 +334,9 @@ class SQLiteHistory:
 
     # ---- queries ----------------------------------------------------------------------------------------
     async def query(self, q: Query, /) -> list[Record]:
-        pending = [r for r in self._buffer.copy() if q.matches(r)]  # not written yet
+        pending = [
+            Record.from_row(row) for row in self._buffer.copy() if q.matches_row(row)
+        ]  # not written yet
         stored = await asyncio.to_thread(self._select, q)
         merged = sorted([*pending, *stored], key=lambda r: r.id, reverse=True)
         seen: set[str] = set()

@@ -8,7 +8,7 @@ from prometheus_client import CollectorRegistry
 from notification_controller.api.event import Event
 from notification_controller.core.redact import Redactor
 from notification_controller.history.memory import MemoryHistory
-from notification_controller.history.model import Outcome, Query, Record
+from notification_controller.history.model import Outcome, Query, Row
 from notification_controller.history.recorder import MEMO_SIZE, MEMO_TEXT, REFUSED_BURST, Recorder
 from notification_controller.metrics import HistoryMetrics
 
@@ -77,7 +77,7 @@ def test_refusals_are_recorded_within_a_budget() -> None:
 
 
 class Broken(MemoryHistory):
-    def record(self, r: Record, /) -> None:
+    def record_row(self, row: Row, /) -> None:  # what the Recorder calls
         raise RuntimeError("disk on fire")
 
 
