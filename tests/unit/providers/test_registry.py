@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from notification_controller.api.provider import ProviderType
+from notification_controller.api.provider import BEYOND_FLUX, ProviderType
 from notification_controller.errors import ProviderConfigError
 from notification_controller.providers.base import ProviderOptions
 from notification_controller.providers.registry import create_notifier, registered_types
@@ -25,10 +25,25 @@ def crd_enum() -> set[str]:
 def test_registry_equals_crd_enum_equals_docs() -> None:
     registry = {str(t) for t in registered_types()}
     docs = {p.stem for p in (ROOT / "docs" / "providers").glob("*.md") if p.stem != "README"}
-    assert len(ProviderType) == 34
+    assert len(ProviderType) == 34 + len(BEYOND_FLUX)
     assert registry == {str(t) for t in ProviderType}
     assert crd_enum() == registry
     assert docs == registry, f"missing docs: {registry - docs}, stray docs: {docs - registry}"
+
+
+def test_every_type_beyond_flux_says_so_on_its_page_and_in_the_table() -> None:
+    """A Flux user must see at a glance which types a Flux controller would reject (issue 28)."""
+    readme = (ROOT / "docs" / "providers" / "README.md").read_text(encoding="utf-8")
+    table = readme.split("## Types beyond Flux", 1)[1].split("\n## ", 1)[0]
+    for t in ProviderType:
+        page = (ROOT / "docs" / "providers" / f"{t}.md").read_text(encoding="utf-8")
+        head = page[:400]
+        if t in BEYOND_FLUX:
+            assert "**Beyond Flux" in head, f"docs/providers/{t}.md does not open with 'Beyond Flux'"
+            assert f"[`{t}`]({t}.md)" in table, f"{t} missing from the table of types beyond Flux"
+        else:
+            assert "Beyond Flux" not in head, f"{t} is one of Flux's 34"
+            assert f"[`{t}`]" not in table
 
 
 def test_an_unknown_type_is_a_clear_error_not_a_crash() -> None:
