@@ -219,7 +219,7 @@ DOC_TYPES = frozenset(
     {
         "generic", "generic-hmac", "slack", "discord", "rocket", "msteams", "googlechat", "webex", "telegram",
         "lark", "matrix", "opsgenie", "alertmanager", "grafana", "pagerduty", "datadog", "zulip", "zoom",
-        "incident.io", "sentry", "cloudevents",
+        "incident.io", "sentry", "cloudevents", "smtp", "ntfy", "pushover", "gotify", "mattermost", "sns", "sqs",
     }
 )  # fmt: skip
 DOC_CASES = [c for c in ALL_CASES if c.type in DOC_TYPES]
