@@ -275,3 +275,130 @@ def test_error_bodies() -> None:
     assert aws_error("<html>502 Bad Gateway</html>") == ("", "")
     assert aws_error("[1, 2]") == ("", "")
     assert aws_error("{not json") == ("", "")
+
+
+# ---- web identity and what errors may show ------------------------------------------------------
+
+STS_SECRET = "sts-issued-secret/Key+ZYXWVUT9876543210"
+STS_TOKEN = "sts-issued-session-token-IQoJb3JpZ2luX2VjEXAMPLE"
+WEB_IDENTITY_TOKEN = "eyJhbGciOiJSUzI1NiJ9.web-identity-canary.c2lnbmF0dXJl"
+STS_ANSWER = (
+    '<AssumeRoleWithWebIdentityResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/">'
+    "<AssumeRoleWithWebIdentityResult><Credentials><AccessKeyId>ASIAEXAMPLESTSKEY001</AccessKeyId>"
+    f"<SecretAccessKey>{STS_SECRET}</SecretAccessKey><SessionToken>{STS_TOKEN}</SessionToken>"
+    "<Expiration>2099-01-01T00:00:00Z</Expiration></Credentials></AssumeRoleWithWebIdentityResult>"
+    "</AssumeRoleWithWebIdentityResponse>"
+)
+
+
+async def test_web_identity_signs_with_sts_credentials_reused_and_never_shown(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """IRSA: the projected token is exchanged at STS once; both deliveries are signed with the temporary
+    credentials (checked with botocore); an answer that echoes every header sent (a proxy, a misbehaving
+    endpoint) shows neither the secret key, the session token, the web identity token nor the signature."""
+    from notification_controller.outbound.tokens import TokenCache
+    from tests.support.capture import CaptureServer, Reply
+
+    token_file = tmp_path / "token"
+    token_file.write_text(WEB_IDENTITY_TOKEN + "\n")
+    async with CaptureServer() as srv:
+        srv.on("POST", "^/sts/", Reply(200, STS_ANSWER, headers={"Content-Type": "text/xml"}))
+        echoed: list[str] = []
+
+        def publish(req: CapturedRequest) -> Reply:
+            if not echoed and len([r for r in srv.requests if r.path.startswith("/sns/")]) <= 2:
+                return Reply(200, "<PublishResponse/>", headers={"Content-Type": "text/xml"})
+            text = " ".join(f"{k}: {v}" for k, v in req.headers.items())
+            text += " signature " + req.headers["Authorization"].rsplit("Signature=", 1)[1]  # on its own too
+            echoed.append(text)
+            return Reply(403, XML_ERROR.format(code="AuthorizationError", message=text))
+
+        srv.on("POST", "^/sns/", publish)
+        monkeypatch.setenv("AWS_ENDPOINT_URL_SNS", f"{srv.url}/sns/")
+        notifier = sns(channel=TOPIC, secret_data={})
+        environ = {
+            "AWS_ROLE_ARN": "arn:aws:iam::123456789012:role/flux-notifier",
+            "AWS_WEB_IDENTITY_TOKEN_FILE": str(token_file),
+            "AWS_ENDPOINT_URL_STS": f"{srv.url}/sts/",
+        }
+        http = OutboundHTTP()
+        await http.start()
+        try:
+            tokens = TokenCache()
+            ctx = DeliveryContext(http=http, tokens=tokens, identity=WorkloadIdentity(environ=environ))
+            await notifier.post(SAMPLE_EVENT, ctx)
+            await notifier.post(SAMPLE_EVENT, ctx)
+            assert (tokens.misses, tokens.hits) == (1, 1)
+            sts = [r for r in srv.requests if r.path.startswith("/sts/")]
+            assert len(sts) == 1
+            assert "Authorization" not in sts[0].headers  # the token is the credential: unsigned
+            form = form_of(sts[0].body)
+            assert form["Action"] == "AssumeRoleWithWebIdentity" and form["Version"] == "2011-06-15"
+            assert form["RoleArn"] == environ["AWS_ROLE_ARN"]
+            assert form["WebIdentityToken"] == WEB_IDENTITY_TOKEN
+            publishes = [r for r in srv.requests if r.path.startswith("/sns/")]
+            for req in publishes:
+                parts = verify_sigv4(req, STS_SECRET, STS_TOKEN)
+                assert parts["access_key"] == "ASIAEXAMPLESTSKEY001"
+            with pytest.raises(PermanentDeliveryError) as info:
+                await notifier.post(SAMPLE_EVENT, ctx)
+        finally:
+            await http.close()
+    signature = publishes[-1].headers["Authorization"].rsplit("Signature=", 1)[1]
+    assert signature in echoed[0] and STS_TOKEN in echoed[0]  # the answer did carry them...
+    text = f"{info.value} {info.value!r} {info.value.body}"
+    assert "AuthorizationError" in text
+    for secret in (STS_SECRET, STS_TOKEN, WEB_IDENTITY_TOKEN, signature):
+        assert secret not in text  # ...the error does not
+
+
+async def test_an_sts_refusal_never_shows_the_web_identity_token(tmp_path: Any) -> None:
+    """STS's own words (its code and message) make the error, and an answer that echoes the request's form
+    does not show the projected token."""
+    from tests.support.capture import CaptureServer, Reply
+
+    token_file = tmp_path / "token"
+    token_file.write_text(WEB_IDENTITY_TOKEN)
+    async with CaptureServer() as srv:
+        srv.on(
+            "POST",
+            "^/sts/",
+            lambda req: Reply(400, XML_ERROR.format(code="InvalidIdentityToken", message=req.body.decode())),
+        )
+        environ = {
+            "AWS_ROLE_ARN": "arn:aws:iam::123456789012:role/flux-notifier",
+            "AWS_WEB_IDENTITY_TOKEN_FILE": str(token_file),
+            "AWS_ENDPOINT_URL_STS": f"{srv.url}/sts/",
+        }
+        http = OutboundHTTP()
+        await http.start()
+        try:
+            ctx = DeliveryContext(http=http, identity=WorkloadIdentity(environ=environ))
+            with pytest.raises(PermanentDeliveryError) as info:
+                await sns(channel=TOPIC, secret_data={}).post(SAMPLE_EVENT, ctx)
+        finally:
+            await http.close()
+    assert WEB_IDENTITY_TOKEN in srv.requests[0].body.decode().replace("%2F", "/")  # it was sent...
+    text = f"{info.value} {info.value!r} {info.value.body}"
+    assert "failed to get AWS credentials for the controller's web identity: InvalidIdentityToken" in text
+    assert info.value.failure is FailureReason.AUTH
+    assert "web-identity-canary" not in text  # ...and is not shown
+
+
+def test_sts_answers_that_are_refused() -> None:
+    from notification_controller.outbound.identity import sts_credentials
+
+    bomb = b'<?xml version="1.0"?><!DOCTYPE x [<!ENTITY a "aaaa">]><x>&a;</x>'
+    for body, why in [
+        (bomb, "declares a DTD"),
+        (b"not xml", "not XML"),
+        (b"<Response/>", "no Credentials"),
+        (STS_ANSWER.replace(STS_TOKEN, "").encode(), "lacks"),
+        (STS_ANSWER.replace("2099-01-01T00:00:00Z", "soon").encode(), "Expiration"),
+    ]:
+        with pytest.raises(PermanentDeliveryError, match=why):
+            sts_credentials(body, "sts")
+    good = sts_credentials(STS_ANSWER.encode(), "sts")
+    assert good.value == STS_SECRET and good.extra["sessionToken"] == STS_TOKEN
+    assert STS_SECRET not in repr(good)
