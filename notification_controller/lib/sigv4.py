@@ -1,10 +1,12 @@
 """AWS Signature Version 4 (header signing), pure: the ``sns`` and ``sqs`` providers sign their requests
 with it, from a Secret's static keys or the credentials STS gives for the pod's web identity.
 
-Why home-made rather than botocore: botocore (with its dependencies, ~25 MB and ~300 ms to import) would be
-a hard dependency of a controller whose users mostly never send to AWS, for ~60 lines of HMAC; and its
-signer works on its own ``AWSRequest``, not on our ``OutboundRequest``. What the signing does is AWS's
-published algorithm ("Create a signed AWS API request", the aws-sig-v4-test-suite):
+Why home-made rather than botocore: botocore (32 MB installed; importing its signer alone costs ~16 MB of
+RSS and ~80 ms here) would be a hard dependency of a controller whose users mostly never send to AWS, for
+~60 lines of HMAC; and its signer works on its own ``AWSRequest``, not on our ``OutboundRequest``. Signing a
+1.2 KB SendMessage takes ~23 µs here against botocore's ~57 µs (``SigV4Auth.add_auth``, same machine,
+timeit). What the signing does is AWS's published algorithm ("Create a signed AWS API request", the
+aws-sig-v4-test-suite):
 
 * canonical request: method, canonical URI (dot segments and empty segments removed, then each byte
   outside ``A-Za-z0-9-._~/`` percent-encoded, as botocore does for every service but S3), canonical query
