@@ -107,6 +107,13 @@ class EventMetrics:
             buckets=LATENCY_BUCKETS,
         )
         self.pending = gauge(registry, "notification_pending", "Notifications queued or being delivered.")
+        self.heartbeats = counter(  # Alert spec.heartbeat (dispatch/heartbeat.py, docs/monitoring.md)
+            registry,
+            "notification_heartbeats_total",
+            "Alert heartbeats this replica made and queued (sent), or could not because the state store failed "
+            "(store_error) or something else did (error); their deliveries count as every notification's.",
+            ["outcome"],
+        )
         self.label_lookups = counter(
             registry,
             "notification_label_lookups_total",

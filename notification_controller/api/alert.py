@@ -15,6 +15,7 @@ Alert reaches the reconciler and is reported ``Ready=False`` instead of vanishin
 
 from __future__ import annotations
 
+import os
 import re
 from enum import StrEnum
 from typing import Any, ClassVar, Literal
@@ -22,7 +23,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidatorFunctionWrapHandler, field_validator
 from pydantic.config import JsonDict
 
-from ..lib.duration import DURATION_PATTERN, parse_duration
+from ..lib.duration import DURATION_PATTERN, format_duration, parse_duration
 from .common import (
     CrossNamespaceObjectReference,
     LocalObjectReference,
@@ -119,6 +120,40 @@ class MessageTemplate(Model):
 
 MAX_INHIBIT_RULES = 16
 MAX_EQUAL = 8
+
+MIN_HEARTBEAT_INTERVAL = 60.0
+"""Shortest ``spec.heartbeat.interval`` in seconds: a beat is a notification like any other (a request to
+the Provider, a row in a durable outbox), so a dead man's switch is not a load generator."""
+HEARTBEAT_MIN_INTERVAL_ENV = "NOTIFICATION_CONTROLLER_HEARTBEAT_MIN_INTERVAL"
+"""A Go duration lowering ``MIN_HEARTBEAT_INTERVAL`` (not below 1s): for tests and demos only, read by the
+controller at each check (docs/monitoring.md). The CRD does not know it."""
+MAX_HEARTBEAT_MESSAGE = 1024
+
+
+def heartbeat_min_interval() -> float:
+    """``MIN_HEARTBEAT_INTERVAL``, or ``$NOTIFICATION_CONTROLLER_HEARTBEAT_MIN_INTERVAL`` when set to a valid
+    duration of at least 1s (an invalid value is ignored: the bound stays)."""
+    raw = os.environ.get(HEARTBEAT_MIN_INTERVAL_ENV, "").strip()
+    if raw:
+        try:
+            return max(1.0, parse_duration(raw))
+        except ValueError:
+            pass
+    return MIN_HEARTBEAT_INTERVAL
+
+
+class Heartbeat(Model):
+    """A "still alive" notification through the Alert's Provider every ``interval`` (docs/monitoring.md)."""
+
+    interval: str = Field(
+        description="How often to send the heartbeat, e.g. '1h'; at least 1m.",
+        json_schema_extra=_DURATION_SCHEMA,
+    )
+    message: str | None = Field(
+        None,
+        description="The heartbeat's text (default: which controller and Alert it comes from, and the interval).",
+        json_schema_extra={"maxLength": MAX_HEARTBEAT_MESSAGE},
+    )
 
 
 class InhibitRule(Model):
@@ -232,6 +267,13 @@ class AlertSpec(Model):
         description="Alertmanager-style inhibition rules for dependencies Flux's graph does not know.",
         json_schema_extra={"maxItems": MAX_INHIBIT_RULES},
     )
+    heartbeat: Heartbeat | None = Field(
+        None,
+        description=(
+            "Beyond Flux: send a 'still alive' notification through the Provider every interval, whatever the "
+            "event sources, filters, noise control and silences say (a dead man's switch; suspend stops it)."
+        ),
+    )
     resolve_in_place: bool | None = Field(
         None,
         description=(
@@ -280,6 +322,32 @@ class AlertSpec(Model):
                     break  # one per list is enough to act on
         errors.extend(self._noise_errors())
         errors.extend(self._quiet_errors())
+        errors.extend(self._heartbeat_errors())
+        return errors
+
+    def heartbeat_interval(self) -> float | None:
+        """Seconds between heartbeats; None without ``spec.heartbeat`` or with an invalid one."""
+        if self.heartbeat is None or self._heartbeat_errors():
+            return None
+        return parse_duration(self.heartbeat.interval)
+
+    def _heartbeat_errors(self) -> list[str]:
+        beat = self.heartbeat
+        if beat is None:
+            return []
+        errors: list[str] = []
+        try:
+            seconds = parse_duration(beat.interval)
+        except ValueError:
+            seconds = None
+            errors.append(f"spec.heartbeat.interval {beat.interval!r} is not a duration (e.g. '1h', '30m')")
+        minimum = heartbeat_min_interval()
+        if seconds is not None and seconds < minimum:
+            errors.append(
+                f"spec.heartbeat.interval {beat.interval!r} is shorter than the minimum of {format_duration(minimum)}"
+            )
+        if beat.message is not None and len(beat.message) > MAX_HEARTBEAT_MESSAGE:
+            errors.append(f"spec.heartbeat.message is longer than {MAX_HEARTBEAT_MESSAGE} characters")
         return errors
 
     def _quiet_errors(self) -> list[str]:

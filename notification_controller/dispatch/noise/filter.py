@@ -8,6 +8,7 @@ from typing import Any
 
 from ...core.noise import Suppressed
 from ...sandbox import SandboxFailure, SandboxPool
+from ..heartbeat import is_heartbeat
 from ..model import Delivery, Draft, Drop
 from .state import NoiseState, suppress
 
@@ -77,6 +78,8 @@ class Filter:
         (docs/noise-control.md says so); fail open as ``filter``."""
         expression = delivery.alert.spec.filter
         if not expression or self.sandbox is None or not self.core.state.durable:
+            return delivery
+        if is_heartbeat(delivery.notification):  # an Alert's heartbeat skips its filter (heartbeat.py)
             return delivery
         from ...core.cel import CELError, OutputType, compile_expression
 

@@ -1,0 +1,184 @@
+"""Alert ``spec.heartbeat`` in the real controller (local mode, real processes, real HTTP sinks).
+
+* beats arrive on schedule through the Alert's Provider, whatever its event sources, severity, exclusion
+  list and a Silence matching it say, and count as deliveries (metrics);
+* a Provider that is down: the beat is retried from the durable outbox, then dead-lettered, and the history
+  records it;
+* a SIGKILL and a restart on a durable store: no second beat within the interval.
+
+The interval is seconds here through ``NOTIFICATION_CONTROLLER_HEARTBEAT_MIN_INTERVAL`` (docs/monitoring.md:
+for tests and demos); the real bound is 1m.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from tests.support.controllers import ControllerProcess, FlakySink, event, post_event
+from tests.support.ports import free_port
+
+NS = "flux-system"
+ENV = "NOTIFICATION_CONTROLLER_HEARTBEAT_MIN_INTERVAL"
+
+
+def manifests(directory: Path, sink_url: str, interval: str) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "all.yaml").write_text(
+        f"""apiVersion: notification.toolkit.fluxcd.io/v1beta3
+kind: Provider
+metadata: {{name: sink, namespace: {NS}}}
+spec: {{type: generic, address: "{sink_url}", timeout: 2s}}
+---
+apiVersion: notification.toolkit.fluxcd.io/v1beta3
+kind: Alert
+metadata: {{name: beat, namespace: {NS}}}
+spec:
+  providerRef: {{name: sink}}
+  eventSeverity: error
+  eventSources: [{{kind: Kustomization, name: "*"}}]
+  exclusionList: [".*"]
+  eventMetadata: {{cluster: prod-eu}}
+  heartbeat: {{interval: {interval}}}
+---
+apiVersion: notification-controller.io/v1alpha1
+kind: Silence
+metadata: {{name: everything-about-beat, namespace: {NS}}}
+spec:
+  matchers: [{{name: name, value: beat}}]
+  startsAt: "2020-01-01T00:00:00Z"
+  endsAt: "2099-01-01T00:00:00Z"
+  comment: a Silence does not stop a heartbeat
+""",
+        encoding="utf-8",
+    )
+    return directory
+
+
+class Controller(ControllerProcess):
+    ui = 0
+
+    async def start(self, *, wait_ready: bool = True, timeout: float = 30.0) -> None:
+        self.ui = free_port()
+        self.args = [a for a in self.args if not a.startswith("--ui-addr")] + [
+            f"--ui-addr=127.0.0.1:{self.ui}"
+        ]
+        await super().start(wait_ready=wait_ready, timeout=timeout)
+
+    async def history(self, **query: str) -> list[dict[str, Any]]:
+        url = f"http://127.0.0.1:{self.ui}/api/history"
+        async with aiohttp.ClientSession() as session, session.get(url, params=query) as resp:
+            assert resp.status == 200, await resp.text()
+            items: list[dict[str, Any]] = (await resp.json())["items"]
+            return items
+
+
+async def arrivals(sink: FlakySink, n: int, timeout: float, since: list[float] | None = None) -> list[float]:
+    """Monotonic times at which the sink took its first ``n`` notifications (polled every 10 ms)."""
+    times = list(since or [])
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while len(times) < n:
+        assert loop.time() < deadline, f"{len(times)} of {n} beats arrived"
+        if len(sink.bodies) > len(times):
+            times.extend([time.monotonic()] * (len(sink.bodies) - len(times)))
+        await asyncio.sleep(0.01)
+    return times
+
+
+async def test_beats_arrive_on_schedule_whatever_the_alert_filters(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(ENV, "1s")
+    async with FlakySink() as sink:
+        proc = Controller(manifests(tmp_path / "m", sink.url, "2s"), log_path=tmp_path / "c.log")
+        await proc.start()
+        try:
+            async with aiohttp.ClientSession() as session:  # an event the Alert does not take
+                assert await post_event(session, proc.events_url, event("apps")) == 202
+            times = await arrivals(sink, 4, timeout=30)
+            gaps = [b - a for a, b in itertools.pairwise(times)]
+            # every 2 s: never sooner (less the sink's polling), and late by at most a tick and a loaded machine
+            assert all(1.9 <= gap <= 5.0 for gap in gaps), gaps
+            body = json.loads(sink.bodies[0])
+            assert body["involvedObject"]["kind"] == "Alert" and body["involvedObject"]["name"] == "beat"
+            assert (body["reason"], body["severity"]) == ("Heartbeat", "info")
+            assert (
+                body["message"] == f"notification-controller is alive: heartbeat of Alert {NS}/beat, every 2s"
+            )
+            assert body["metadata"] == {"cluster": "prod-eu", "heartbeatInterval": "2s"}
+            assert all(json.loads(b)["reason"] == "Heartbeat" for b in sink.bodies)  # the event: excluded
+            assert await proc.metric("notification_heartbeats_total", outcome="sent") >= 4
+            assert await proc.metric("notification_delivered_total", provider=f"{NS}/sink") >= 4
+            assert (
+                await proc.metric("notification_delivery_latency_seconds_count", provider_type="generic") >= 4
+            )
+            delivered = await proc.history(outcome="delivered", alert=f"{NS}/beat")
+            assert len(delivered) >= 4
+        finally:
+            assert await proc.stop() == 0
+
+
+async def test_a_beat_to_a_provider_that_is_down_is_retried_then_dead_lettered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(ENV, "1s")
+    async with FlakySink() as sink:
+        sink.failing = True
+        proc = Controller(
+            manifests(tmp_path / "m", sink.url, "1h"),
+            [
+                f"--store=sqlite:{tmp_path / 'state.db'}",
+                "--delivery-retry-base=100ms",
+                "--delivery-retry-cap=300ms",
+                "--delivery-max-age=3s",
+                "--circuit-breaker-threshold=1000",
+            ],
+            log_path=tmp_path / "c.log",
+        )
+        await proc.start()
+        try:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 30
+            while await proc.metric("notification_dead_letters_total", reason="max-age") < 1:
+                assert loop.time() < deadline, proc.log()
+                await asyncio.sleep(0.1)
+            assert sink.refused >= 2  # retried before it was given up on
+            assert len(set(sink.refused_keys)) == 1  # one beat (one Idempotency-Key), retried
+            assert await proc.metric("notification_heartbeats_total", outcome="sent") == 1
+            (dead,) = await proc.history(outcome="dead_lettered", alert=f"{NS}/beat")
+            assert dead["object"] == f"Alert/{NS}/beat"
+            assert len(await proc.history(outcome="retrying", alert=f"{NS}/beat")) >= 1
+        finally:
+            assert await proc.stop() == 0
+
+
+async def test_no_second_beat_within_the_interval_after_a_sigkill_and_restart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(ENV, "1s")
+    interval = 6.0
+    async with FlakySink() as sink:
+        proc = Controller(
+            manifests(tmp_path / "m", sink.url, "6s"),
+            [f"--store=sqlite:{tmp_path / 'state.db'}"],
+            log_path=tmp_path / "c.log",
+        )
+        await proc.start()
+        try:
+            times = await arrivals(sink, 1, timeout=30)
+            await proc.kill()  # SIGKILL right after a beat...
+            await proc.start()  # ...and back at once, on the same store
+            times = await arrivals(sink, 3, timeout=40, since=times)
+            gaps = [b - a for a, b in itertools.pairwise(times)]
+            assert all(gap >= interval - 0.2 for gap in gaps), gaps  # the restart did not beat early
+            assert sink.duplicates == 0
+        finally:
+            assert await proc.stop() == 0
