@@ -26,13 +26,14 @@ Whose identity (Flux's order):
   - GCP: the metadata server (``GCE_METADATA_HOST``, default ``metadata.google.internal``), as Google's
     client libraries do on GCE and GKE.
 
-* **AWS** (``sns``, ``sqs``; beyond Flux): only the controller's own, EKS IRSA's environment
-  (``AWS_ROLE_ARN``, ``AWS_WEB_IDENTITY_TOKEN_FILE``, re-read at every mint) exchanged at STS with
+* **AWS** (``sns``, ``sqs``; beyond Flux): a web identity exchanged at STS with
   ``AssumeRoleWithWebIdentity`` (query protocol, unsigned; regional STS, ``AWS_ENDPOINT_URL_STS`` replaces
   it) for temporary credentials that sign the requests (``lib/sigv4.py``), cached until shortly before they
-  expire. Where they may be sent is the provider's check (``providers/aws.py``: AWS hosts, or the
-  operator's flag or endpoint variables). A ServiceAccount's role (``spec.serviceAccountName``) is not
-  supported yet.
+  expire: the ServiceAccount's token (audience ``sts.amazonaws.com``) for the role of its
+  ``eks.amazonaws.com/role-arn`` annotation, as Flux's ``auth/aws``; else the controller's own, EKS IRSA's
+  environment (``AWS_ROLE_ARN``, ``AWS_WEB_IDENTITY_TOKEN_FILE``, re-read at every mint). Where they may be
+  sent is the provider's check (``providers/aws.py``: AWS hosts, or the operator's flag or endpoint
+  variables).
 
 Every request goes through the one outbound HTTP path (``Caller``) inside the delivery's time budget; the
 token endpoints see the Provider's proxy (as in Flux), never its TLS settings; the metadata server sees
@@ -726,6 +727,8 @@ AWS_TOKEN_FILE_ENV = "AWS_WEB_IDENTITY_TOKEN_FILE"
 AWS_SESSION_NAME_ENV = "AWS_ROLE_SESSION_NAME"
 AWS_STS_URL_ENV = "AWS_ENDPOINT_URL_STS"  # the SDKs' service-specific endpoint variable (the operator's)
 AWS_DEFAULT_SESSION_NAME = "notification-controller"
+AWS_ROLE_ANNOTATION = "eks.amazonaws.com/role-arn"
+AWS_AUDIENCE = "sts.amazonaws.com"  # what EKS's pod identity webhook projects the token for
 STS_VERSION = "2011-06-15"
 # The hosts AWS services answer on (commercial and GovCloud, China, the dual-stack api.aws names): where a
 # tenant-named endpoint may be without the operator's flag, whichever credentials sign for it.
@@ -833,24 +836,20 @@ def sts_credentials(body: bytes, what: str) -> CachedToken:
 
 
 async def aws_web_identity_credentials(call: Caller, region: str) -> CachedToken:
-    """The controller's temporary AWS credentials: its projected web identity token
-    (``AWS_WEB_IDENTITY_TOKEN_FILE``, re-read at every mint since the kubelet rotates it) exchanged at STS
-    for ``AWS_ROLE_ARN`` (EKS IRSA's environment), reused from the dispatcher's ``TokenCache`` until
-    shortly before they expire. STS is regional (``AWS_REGION``/``AWS_DEFAULT_REGION``, else ``region``,
-    the target's), ``AWS_ENDPOINT_URL_STS`` replaces it. The value is the secret key; ``extra`` holds
-    ``accessKeyId`` and ``sessionToken``: every one of them is masked in this delivery's errors."""
+    """Temporary AWS credentials from a web identity exchanged at STS (``AssumeRoleWithWebIdentity``),
+    reused from the dispatcher's ``TokenCache`` until shortly before they expire:
+
+    * a ServiceAccount's (``spec.serviceAccountName``, else ``--default-service-account``; the
+      ``ObjectLevelWorkloadIdentity`` gate): its ``eks.amazonaws.com/role-arn`` annotation names the role,
+      its token (TokenRequest, audience ``sts.amazonaws.com``, as EKS's pod identity webhook projects it)
+      is the web identity, as Flux's ``fluxcd/pkg/auth/aws`` does;
+    * else the controller's own: EKS IRSA's environment, ``AWS_ROLE_ARN`` and the projected token in
+      ``AWS_WEB_IDENTITY_TOKEN_FILE`` (re-read at every mint: the kubelet rotates it).
+
+    STS is regional (``AWS_REGION``/``AWS_DEFAULT_REGION``, else ``region``, the target's);
+    ``AWS_ENDPOINT_URL_STS`` replaces it. The value is the secret key; ``extra`` holds ``accessKeyId`` and
+    ``sessionToken``: every one of them, and the web identity token, is masked in this delivery's errors."""
     identity = _identity(call)
-    where = "failed to get AWS credentials for the controller's web identity"
-    role_arn, token_file = identity.env(AWS_ROLE_ARN_ENV), identity.env(AWS_TOKEN_FILE_ENV)
-    missing = [n for n, v in ((AWS_ROLE_ARN_ENV, role_arn), (AWS_TOKEN_FILE_ENV, token_file)) if not v]
-    if missing:
-        raise fail(
-            f"{where}: no static keys in the Secret (awsAccessKeyId, awsSecretAccessKey) and missing "
-            f"environment variables for web identity ({', '.join(missing)}): check the ServiceAccount's "
-            "eks.amazonaws.com/role-arn annotation and the pod identity webhook"
-        )
-    if not _ROLE_ARN.match(role_arn):
-        raise fail(f"{where}: {AWS_ROLE_ARN_ENV} is not an IAM role ARN")
     sts_region = identity.env("AWS_REGION") or identity.env("AWS_DEFAULT_REGION") or region
     sts_url = require_http_url(
         identity.env(AWS_STS_URL_ENV) or f"https://sts.{sts_region}.{aws_partition_suffix(sts_region)}/",
@@ -858,13 +857,7 @@ async def aws_web_identity_credentials(call: Caller, region: str) -> CachedToken
     )
     session = identity.env(AWS_SESSION_NAME_ENV) or AWS_DEFAULT_SESSION_NAME
 
-    async def mint() -> CachedToken:
-        try:
-            token = (await asyncio.to_thread(Path(token_file).read_text, encoding="utf-8")).strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise fail(f"{where}: cannot read {AWS_TOKEN_FILE_ENV}: {exc.__class__.__name__}") from None
-        if not token:
-            raise fail(f"{where}: {AWS_TOKEN_FILE_ENV} is empty")
+    async def exchange(role_arn: str, token: str, where: str) -> CachedToken:
         call.add_mask(token)
         try:
             response = await call.send(
@@ -883,7 +876,54 @@ async def aws_web_identity_credentials(call: Caller, region: str) -> CachedToken
             raise
         return sts_credentials(response.body, where)
 
-    key = cache_key("aws", "controller", role_arn, token_file, session, sts_url, _proxy(call))
-    credentials = await mint_or_cached(_cache(call), key, mint)
-    call.add_mask(credentials.value, credentials.extra.get("sessionToken", ""))
-    return credentials
+    account = identity.account_for(call.opts)
+    if account is not None:
+        metadata = await identity.service_account(account)
+        role = str(_annotations(metadata).get(AWS_ROLE_ANNOTATION) or "")
+        if not _ROLE_ARN.match(role):
+            raise fail(
+                f"failed to get provider identity from service account '{account}' annotations: "
+                f"{AWS_ROLE_ANNOTATION} is not set to an IAM role ARN"
+            )
+        where = f"failed to create provider access token for service account '{account}'"
+
+        async def mint_for_account() -> CachedToken:
+            token = await identity.service_account_token(account, [AWS_AUDIENCE])
+            return await exchange(role, token, where)
+
+        key = cache_key(
+            "aws",
+            f"roleARN={role}",
+            f"serviceAccountName={account.name}",
+            f"serviceAccountNamespace={account.namespace}",
+            session,
+            sts_url,
+            f"proxyURL={_proxy(call)}",
+        )
+        minted = await mint_or_cached(_cache(call), key, mint_for_account)
+    else:
+        where = "failed to get AWS credentials for the controller's web identity"
+        role_arn, token_file = identity.env(AWS_ROLE_ARN_ENV), identity.env(AWS_TOKEN_FILE_ENV)
+        missing = [n for n, v in ((AWS_ROLE_ARN_ENV, role_arn), (AWS_TOKEN_FILE_ENV, token_file)) if not v]
+        if missing:
+            raise fail(
+                f"{where}: no static keys in the Secret (awsAccessKeyId, awsSecretAccessKey) and missing "
+                f"environment variables for web identity ({', '.join(missing)}): check the ServiceAccount's "
+                "eks.amazonaws.com/role-arn annotation and the pod identity webhook"
+            )
+        if not _ROLE_ARN.match(role_arn):
+            raise fail(f"{where}: {AWS_ROLE_ARN_ENV} is not an IAM role ARN")
+
+        async def mint_controller() -> CachedToken:
+            try:
+                token = (await asyncio.to_thread(Path(token_file).read_text, encoding="utf-8")).strip()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise fail(f"{where}: cannot read {AWS_TOKEN_FILE_ENV}: {exc.__class__.__name__}") from None
+            if not token:
+                raise fail(f"{where}: {AWS_TOKEN_FILE_ENV} is empty")
+            return await exchange(role_arn, token, where)
+
+        key = cache_key("aws", "controller", role_arn, token_file, session, sts_url, _proxy(call))
+        minted = await mint_or_cached(_cache(call), key, mint_controller)
+    call.add_mask(minted.value, minted.extra.get("sessionToken", ""))
+    return minted

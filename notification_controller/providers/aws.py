@@ -30,9 +30,10 @@ delivery, before any credential is read, for both kinds of credentials (the cont
 sign for a host a tenant picked; a tenant's static keys gain nothing there either, and one rule is easier
 to state).
 
-Credentials: the Secret's ``awsAccessKeyId`` + ``awsSecretAccessKey`` (+ ``awsSessionToken``), else the
-controller's web identity (EKS IRSA: ``AWS_ROLE_ARN`` + ``AWS_WEB_IDENTITY_TOKEN_FILE``, exchanged at STS,
-cached: ``outbound/identity.py::aws_web_identity_credentials``). ``region`` in the Secret overrides the
+Credentials: the Secret's ``awsAccessKeyId`` + ``awsSecretAccessKey`` (+ ``awsSessionToken``), else a web
+identity exchanged at STS and cached (``outbound/identity.py::aws_web_identity_credentials``): the
+ServiceAccount's role (``spec.serviceAccountName`` or ``--default-service-account``, under the
+``ObjectLevelWorkloadIdentity`` gate), else the controller's own (EKS IRSA). ``region`` in the Secret overrides the
 ARN's or URL's region. Every Secret value, the STS credentials and the signature are masked in errors.
 
 Failures: the outbound path decides by status (5xx, 429 retried in place; other 4xx permanent); an AWS
@@ -166,6 +167,11 @@ class AWSNotifier(HTTPNotifier):
                 f"and '{SECRET_ACCESS_KEY}'"
             )
         self.credentials = Credentials(key_id, secret, token) if key_id else None
+        if key_id and opts.provider is not None and opts.provider.spec.service_account_name:
+            raise ProviderConfigError(
+                f"invalid AWS credentials: spec.serviceAccountName and static keys ('{ACCESS_KEY_ID}') "
+                "cannot be set at the same time"
+            )
         self.region = _secret_text(data, REGION)
         if self.region and not _REGION_VALUE.match(self.region):
             raise ProviderConfigError(f"invalid 'region' in the Secret: {self.region!r} is not an AWS region")

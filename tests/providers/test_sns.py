@@ -119,6 +119,24 @@ def test_constructor_errors(kw: dict[str, Any], message: str) -> None:
     assert message in construction_error(SNSNotifier, ProviderType.SNS, **kw)
 
 
+def test_static_keys_and_a_service_account_are_exclusive() -> None:
+    from notification_controller.api.provider import Provider
+
+    provider = Provider.model_validate(
+        {
+            "metadata": {"name": "p", "namespace": "ns"},
+            "spec": {"type": "sns", "channel": TOPIC, "serviceAccountName": "tenant-a"},
+        }
+    )
+    message = construction_error(
+        SNSNotifier, ProviderType.SNS, channel=TOPIC, secret_data=KEYS, provider=provider
+    )
+    assert (
+        "spec.serviceAccountName and static keys ('awsAccessKeyId') cannot be set at the same time" in message
+    )
+    assert sns(channel=TOPIC, secret_data={}, provider=provider).credentials is None
+
+
 def test_region_and_endpoint() -> None:
     assert sns(channel=TOPIC).endpoint == "https://sns.eu-west-1.amazonaws.com/"
     assert sns(address=TOPIC).topic_arn == TOPIC  # the ARN in the address, no channel
@@ -402,3 +420,63 @@ def test_sts_answers_that_are_refused() -> None:
     good = sts_credentials(STS_ANSWER.encode(), "sts")
     assert good.value == STS_SECRET and good.extra["sessionToken"] == STS_TOKEN
     assert STS_SECRET not in repr(good)
+
+
+async def test_a_service_accounts_role_under_the_gate(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--default-service-account`` (or ``spec.serviceAccountName``): the ServiceAccount's token, for the
+    audience EKS uses, exchanged for the role of its ``eks.amazonaws.com/role-arn`` annotation, as Flux's
+    ``auth/aws``; never the controller's own identity; without the gate, nothing is asked of anyone."""
+    from notification_controller.objects.base import ObjectStore
+    from tests.support.capture import CaptureServer, Reply
+    from tests.support.recording_cluster import RecordingCluster
+
+    role = "arn:aws:iam::123456789012:role/tenant-a-notifier"
+    cluster = RecordingCluster(ObjectStore())
+    cluster.service_accounts[("ns", "tenant-a")] = {"annotations": {"eks.amazonaws.com/role-arn": role}}
+    async with CaptureServer() as srv:
+        srv.on("POST", "^/sts/", Reply(200, STS_ANSWER, headers={"Content-Type": "text/xml"}))
+        srv.on("POST", "^/sns/", Reply(200, "<PublishResponse/>", headers={"Content-Type": "text/xml"}))
+        monkeypatch.setenv("AWS_ENDPOINT_URL_SNS", f"{srv.url}/sns/")
+        notifier = sns(channel=TOPIC, secret_data={})
+        environ = {  # the controller's own IRSA is there too: the ServiceAccount's role must win
+            "AWS_ROLE_ARN": "arn:aws:iam::123456789012:role/the-controllers-own",
+            "AWS_WEB_IDENTITY_TOKEN_FILE": "/nonexistent",
+            "AWS_ENDPOINT_URL_STS": f"{srv.url}/sts/",
+        }
+        http = OutboundHTTP()
+        await http.start()
+        try:
+            off = WorkloadIdentity(cluster, default_service_account="tenant-a", environ=environ)
+            with pytest.raises(PermanentDeliveryError, match="ObjectLevelWorkloadIdentity feature gate"):
+                await notifier.post(SAMPLE_EVENT, DeliveryContext(http=http, identity=off))
+            assert srv.requests == [] and cluster.token_requests == []
+            on = WorkloadIdentity(
+                cluster, object_level=True, default_service_account="tenant-a", environ=environ
+            )
+            await notifier.post(SAMPLE_EVENT, DeliveryContext(http=http, identity=on))
+        finally:
+            await http.close()
+    assert [(ns, name, aud) for ns, name, aud, _ in cluster.token_requests] == [
+        ("ns", "tenant-a", ["sts.amazonaws.com"])
+    ]
+    sts, publish = srv.requests
+    form = form_of(sts.body)
+    assert form["RoleArn"] == role
+    assert form["WebIdentityToken"].count(".") == 2  # the ServiceAccount's JWT
+    verify_sigv4(publish, STS_SECRET, STS_TOKEN)
+
+
+async def test_a_service_account_without_a_role_annotation_is_refused() -> None:
+    from notification_controller.objects.base import ObjectStore
+    from tests.support.recording_cluster import RecordingCluster
+
+    cluster = RecordingCluster(ObjectStore())
+    cluster.service_accounts[("ns", "plain")] = {"annotations": {}}
+    identity = WorkloadIdentity(cluster, object_level=True, default_service_account="plain", environ={})
+    with pytest.raises(
+        PermanentDeliveryError, match=r"eks\.amazonaws\.com/role-arn is not set to an IAM role ARN"
+    ):
+        await sns(channel=TOPIC, secret_data={}).post(
+            SAMPLE_EVENT, DeliveryContext(http=OutboundHTTP(), identity=identity)
+        )
+    assert cluster.token_requests == []
