@@ -72,7 +72,10 @@ class ProviderOptions:
         if len(tail) >= ADDRESS_PART_MIN:
             out.append(tail)
         for key, raw in self.secret_data.items():
-            if key in ("username",):
+            if key in (
+                "username",
+                "region",
+            ):  # names, not credentials: "us-east-1" masked made errors unreadable
                 continue
             text = raw.decode("utf-8", errors="replace").strip()
             if len(text) >= 4:

@@ -119,6 +119,12 @@ def test_constructor_errors(kw: dict[str, Any], message: str) -> None:
     assert message in construction_error(SNSNotifier, ProviderType.SNS, **kw)
 
 
+def test_the_region_is_a_name_not_a_mask_and_the_keys_are() -> None:
+    masks = sns(channel=TOPIC, secret_data={**KEYS, "region": b"eu-central-1"}).masks()
+    assert "eu-central-1" not in masks
+    assert all(value.decode() in masks for key, value in KEYS.items() if len(value) >= 4)
+
+
 def test_static_keys_and_a_service_account_are_exclusive() -> None:
     from notification_controller.api.provider import Provider
 
