@@ -1,7 +1,8 @@
 """Alert ``spec.heartbeat`` in the real controller (local mode, real processes, real HTTP sinks).
 
 * beats arrive on schedule through the Alert's Provider, whatever its event sources, severity, exclusion
-  list and a Silence matching it say, and count as deliveries (metrics);
+  list, ``filter`` (a comprehension: with a durable store it is evaluated at send time, where heartbeats
+  skip it) and a Silence matching it say, and count as deliveries (metrics);
 * a Provider that is down: the beat is retried from the durable outbox, then dead-lettered, and the history
   records it;
 * a SIGKILL and a restart on a durable store: no second beat within the interval.
@@ -45,6 +46,7 @@ spec:
   eventSeverity: error
   eventSources: [{{kind: Kustomization, name: "*"}}]
   exclusionList: [".*"]
+  filter: "event.metadata.exists(k, k == 'never')"
   eventMetadata: {{cluster: prod-eu}}
   heartbeat: {{interval: {interval}}}
 ---
