@@ -4,11 +4,13 @@ With ``--otlp-endpoint URL`` the controller sends one trace per event to ``URL/v
 protobuf): the POST that brought it (a server span continuing the client's W3C ``traceparent``), matching,
 each stage that acted, the queue or the durable outbox, and every delivery attempt. Without the flag —
 the default — ``NOOP`` is the tracer: no OpenTelemetry module is imported (``otel.py`` is imported by
-``open_tracer`` only), and the call sites test ``tracer.enabled`` before doing anything, so the event path
-pays one attribute read per hook. Measured (``python -m timeit``, this machine, 2 cores shared): the
-check ``if tracer.enabled:`` costs 16 ns; ``NOOP.start(...)`` with attributes, for a caller that does not
-check, 190 ns; an event's path has five hooks (ingest, match, enqueue, deliver, the webhook server), i.e.
-≤ 0.1 µs against the ~40 µs an event costs (``bench/``: docs/tracing.md has the numbers with tracing on).
+``open_tracer`` only), the builder leaves the stage lists, the matcher and the queue unwrapped
+(``dispatch/traced.py``), and the event server, the webhook server and the deliverer test one boolean
+(``tracing``) where they would start a span. Measured (``python -m timeit``, the reference machine: 2 shared
+cores): such a test costs 36 ns, and an event that is delivered passes four of them — ~0.15 µs against the
+50–70 µs of CPU the bench measures per event (``NOOP.start(...)`` with attributes, for a caller that did
+not test first, costs 317 ns). On, the SDK costs ~20–25 µs per span to make and about as much again to
+encode and export on its thread; docs/tracing.md has the bench's numbers.
 
 What a call site sees:
 

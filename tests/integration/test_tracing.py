@@ -335,7 +335,71 @@ async def test_a_collector_that_hangs_stops_no_delivery_and_costs_no_memory(tmp_
                 await burst(1500, 3000)  # ~12,000 more spans that cannot be exported
                 await sink.wait_for(4500, timeout=90)  # every event delivered, none waited on the collector
                 grown = rss_kib(proc.pid) - before
-        # measured: +3 MiB with the SDK's bounded queue (allocator noise), +? MiB without the bound
+        # measured: +3 MiB with the SDK's bounded queue (2,048 spans), +56 MiB with an unbounded one
         assert grown < 8 * 1024, f"RSS grew by {grown} KiB while the collector hung"
         # the SDK says "Queue full" once per dropped span: logged once a minute at most
         assert (tmp_path / "controller.log").read_text(errors="replace").count("Queue full") <= 1
+
+
+def propagation_manifests(directory: Path, sink_url: str) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    docs = [
+        f"""apiVersion: v1
+kind: Secret
+metadata: {{name: hmac, namespace: {NS}}}
+stringData: {{token: {SECRET_TEXT}}}"""
+    ]
+    for ptype, extra in (("generic-hmac", ", secretRef: {name: hmac}"), ("cloudevents", ""), ("slack", "")):
+        name = ptype.replace("-", "")
+        docs.append(
+            f"""apiVersion: notification.toolkit.fluxcd.io/v1beta3
+kind: Provider
+metadata: {{name: {name}, namespace: {NS}}}
+spec: {{type: {ptype}, address: "{sink_url}/{name}", timeout: 1s{extra}}}
+---
+apiVersion: notification.toolkit.fluxcd.io/v1beta3
+kind: Alert
+metadata: {{name: {name}, namespace: {NS}}}
+spec:
+  providerRef: {{name: {name}}}
+  eventSources: [{{kind: Kustomization, name: "*"}}]"""
+        )
+    (directory / "all.yaml").write_text("\n---\n".join(docs) + "\n", encoding="utf-8")
+    return directory
+
+
+async def test_generic_hmac_and_cloudevents_requests_carry_the_trace_and_a_chat_type_does_not(
+    tmp_path: Path,
+) -> None:
+    async with CaptureServer() as sink, Collector() as collector:
+        sink.on("POST", "/slack", Reply(body="ok"))
+        proc = ControllerProcess(
+            propagation_manifests(tmp_path / "manifests", sink.url),
+            [f"--otlp-endpoint={collector.url}"],
+            log_path=tmp_path / "controller.log",
+        )
+        await proc.start()
+        try:
+            async with aiohttp.ClientSession() as session:
+                async with session.post(
+                    proc.events_url, json=event("app"), headers={"traceparent": TRACEPARENT}
+                ) as resp:
+                    assert resp.status == 202
+            requests = {r.path: r for r in await sink.wait_for(3, timeout=20)}
+            spans = await collector.wait(
+                lambda got: len([s for s in got if s.name.startswith("deliver ")]) >= 3
+            )
+        finally:
+            assert await proc.stop() == 0, proc.log()
+        deliveries = {s.name: s for s in spans if s.name.startswith("deliver ")}
+        assert set(deliveries) == {"deliver generic-hmac", "deliver cloudevents", "deliver slack"}
+        assert sent_traceparent(requests["/generichmac"].headers) == (
+            TRACE_ID,
+            deliveries["deliver generic-hmac"].span_id,
+        )
+        assert sent_traceparent(requests["/cloudevents"].headers) == (
+            TRACE_ID,
+            deliveries["deliver cloudevents"].span_id,
+        )
+        assert "traceparent" not in requests["/slack"].headers  # Slack cannot continue a trace: not sent
+        assert deliveries["deliver slack"].trace_id == TRACE_ID  # its delivery is in the trace all the same
