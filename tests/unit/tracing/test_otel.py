@@ -142,3 +142,17 @@ def test_the_sdks_repeated_warnings_are_logged_once_a_minute(caplog: pytest.LogC
             logger.warning(message, "spans")
             logger.warning("Transient error %s encountered, retrying", "timeout")  # interleaved
     assert sum("Failed to export" in r.getMessage() for r in caplog.records) == 1
+
+
+async def test_sampling_is_opentelemetrys_standard_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "parentbased_traceidratio")
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", "0")  # no event without a traceparent is traced
+    exporter = InMemorySpanExporter()
+    tracer = OTelTracer("http://127.0.0.1:4318", exporter=exporter)
+    root = tracer.start("POST /", kind=SpanKind.SERVER)
+    assert not root.span.is_recording() and root.traceparent.endswith("-00")  # type: ignore[attr-defined]
+    tracer.start("deliver generic", parent=root.traceparent).end()  # its deliveries follow the decision
+    root.end()
+    tracer.start("POST /", parent=SENT, kind=SpanKind.SERVER).end()  # the sender sampled it: recorded
+    (span,) = await finished(tracer, exporter)
+    assert span.parent is not None and f"{span.parent.span_id:016x}" == "00f067aa0ba902b7"
