@@ -5,7 +5,8 @@
   skip it) and a Silence matching it say, and count as deliveries (metrics);
 * a Provider that is down: the beat is retried from the durable outbox, then dead-lettered, and the history
   records it;
-* a SIGKILL and a restart on a durable store: no second beat within the interval.
+* a SIGKILL and a restart on a durable store: no second beat within the interval;
+* two replicas on one SQLite store without leader election: each beat made once (the compare-and-set).
 
 The interval is seconds here through ``NOTIFICATION_CONTROLLER_HEARTBEAT_MIN_INTERVAL`` (docs/monitoring.md:
 for tests and demos); the real bound is 1m.
@@ -184,3 +185,27 @@ async def test_no_second_beat_within_the_interval_after_a_sigkill_and_restart(
             assert sink.duplicates == 0
         finally:
             assert await proc.stop() == 0
+
+
+async def test_two_replicas_on_one_store_beat_once_per_interval(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No leader election: both replicas try every beat; the store's compare-and-set lets one through."""
+    monkeypatch.setenv(ENV, "1s")
+    async with FlakySink() as sink:
+        directory = manifests(tmp_path / "m", sink.url, "3s")
+        store = f"--store=sqlite:{tmp_path / 'state.db'}"
+        replicas = [Controller(directory, [store], log_path=tmp_path / f"c{i}.log") for i in range(2)]
+        for replica in replicas:
+            await replica.start()
+        try:
+            times = await arrivals(sink, 4, timeout=40)
+            gaps = [b - a for a, b in itertools.pairwise(times)]
+            assert all(gap >= 3.0 - 0.2 for gap in gaps), gaps
+            sent = [await r.metric("notification_heartbeats_total", outcome="sent") for r in replicas]
+            # every beat made once, by one replica or the other (one more may be on its way)
+            assert len(sink.keys) <= sum(sent) <= len(sink.keys) + 1, (sent, len(sink.keys))
+            assert sink.duplicates == 0
+        finally:
+            for replica in replicas:
+                assert await replica.stop() == 0
