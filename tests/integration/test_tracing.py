@@ -291,13 +291,27 @@ async def test_a_webhook_with_a_traceparent_continues_its_trace(tmp_path: Path) 
     async with CaptureServer() as sink, Collector() as collector:
         async with controller(tmp_path, sink, collector) as proc:
             path = webhook_path(TOKEN.encode(), "gh", NS)
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 30
             async with aiohttp.ClientSession() as session:
-                async with session.post(
-                    proc.receiver_url + path, json={"any": "thing"}, headers={"traceparent": TRACEPARENT}
-                ) as resp:
-                    assert resp.status == 200, await resp.text()
-            spans = await collector.wait(lambda got: bool(by_name(got, "POST /hook/")))
-        (hook,) = by_name(spans, "POST /hook/")
+                while (
+                    True
+                ):  # 503 until the Receiver's first reconcile made it Ready (slow on a loaded machine)
+                    async with session.post(
+                        proc.receiver_url + path, json={"any": "thing"}, headers={"traceparent": TRACEPARENT}
+                    ) as resp:
+                        if resp.status != 503 or loop.time() > deadline:
+                            assert resp.status == 200, await resp.text()
+                            break
+                    await asyncio.sleep(0.1)
+            spans = await collector.wait(
+                lambda got: any(
+                    s.attributes.get("http.response.status_code") == 200 for s in by_name(got, "POST /hook/")
+                )
+            )
+        (hook,) = [
+            s for s in by_name(spans, "POST /hook/") if s.attributes["http.response.status_code"] == 200
+        ]
         assert (hook.trace_id, hook.parent) == (TRACE_ID, PARENT_ID)
         assert hook.kind == ProtoSpan.SPAN_KIND_SERVER
         assert hook.attributes["notification.receiver"] == "flux-system/gh"
