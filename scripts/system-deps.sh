@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# System packages the test suite runs for real: nats-server (the NATS provider's broker) and Debian's
+# System packages the test suite runs for real: nats-server (the NATS provider's broker), promtool (Debian's
+# prometheus package: tests/unit/test_prometheus_rules.py evaluates config/monitoring's rules) and Debian's
 # Chromium with its ChromeDriver (tests/browser/ drive the web UI in a real headless browser; Selenium
 # is pointed at /usr/bin/chromium and /usr/bin/chromedriver and never downloads a browser or a driver).
 # Idempotent and non-interactive; fast when everything is present. The kube-apiserver and etcd are
@@ -11,6 +12,7 @@ set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 missing=()
 command -v nats-server >/dev/null 2>&1 || missing+=(nats-server)
+command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 browser=()  # the exact paths tests/browser/kit.py uses
 [ -x /usr/bin/chromium ] || browser+=(chromium)
 [ -x /usr/bin/chromedriver ] || browser+=(chromium-driver)
