@@ -12,8 +12,8 @@ the SRE workbook's (14.4x over 1h and 5m, 6x over 6h and 30m) for a 1% budget.
 
 from __future__ import annotations
 
-import re
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -126,7 +126,9 @@ def test_burn_rate_alert_pairs_the_workbook_windows_and_factors() -> None:
 def promtool() -> str:
     path = shutil.which("promtool")
     if path is None and os.environ.get("CI", "").strip().lower() not in ("", "0", "false"):
-        pytest.fail("promtool not installed on CI: scripts/system-deps.sh installs Debian's prometheus package")
+        pytest.fail(
+            "promtool not installed on CI: scripts/system-deps.sh installs Debian's prometheus package"
+        )
     if path is None:
         pytest.skip(
             "promtool not installed (Debian: apt-get install prometheus): the structural tests still run"
