@@ -14,7 +14,7 @@ ENV PIP_NO_CACHE_DIR=1 \
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY notification_controller ./notification_controller
-RUN pip wheel --wheel-dir /wheels ".[speed,nats]"
+RUN pip wheel --wheel-dir /wheels ".[speed,nats,tracing]"
 
 FROM python:3.11-slim-bookworm AS runtime
 # `make image` passes pyproject's version (the one `notification-controller --version` and /metrics report).
@@ -27,7 +27,7 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 # Byte-code is compiled here, at install time, because the root filesystem is read-only at runtime.
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
-    pip install --no-index --find-links=/wheels "notification-controller[speed,nats]" \
+    pip install --no-index --find-links=/wheels "notification-controller[speed,nats,tracing]" \
     && { [ "$VERSION" = unknown ] || [ "$(notification-controller --version | cut -d' ' -f2)" = "$VERSION" ]; } \
     && pip uninstall --yes pip setuptools wheel
 ENV PYTHONDONTWRITEBYTECODE=1 \

@@ -1,7 +1,7 @@
 """The image's install path without a registry or Docker (issue 25): the wheel, installed as the Dockerfile does.
 
-The Dockerfile's builder runs ``pip wheel ".[speed,nats]"`` and its runtime ``pip install --no-index
---find-links=/wheels "notification-controller[speed,nats]"``; the same two commands run here into a clean venv
+The Dockerfile's builder runs ``pip wheel ".[speed,nats,tracing]"`` and its runtime ``pip install --no-index
+--find-links=/wheels "notification-controller[speed,nats,tracing]"``; the same two commands run here into a clean venv
 (no source tree on its path, no test extras), then the README demo runs through the *installed* console script
 from a directory outside the repository: local mode on examples/manifests, an event POSTed (202 with
 ``X-RateLimit-*``, the same again 429), the notification at a local sink signed with the Secret's key, the
@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = ROOT / "pyproject.toml"
 VERSION = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["project"]["version"]
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "notification-controller"
-EXTRAS = "[speed,nats]"  # the Dockerfile's
+EXTRAS = "[speed,nats,tracing]"  # the Dockerfile's
 
 
 def _pip(python: Path | str, *args: str, cwd: Path | None = None) -> None:
