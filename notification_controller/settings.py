@@ -14,6 +14,9 @@ from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
+from .errors import ConfigError
+from .lib.natsconn import NATSAuth
+
 KNOWN_GATES = ("CacheSecretsAndConfigMaps", "DisableConfigWatchers", "ObjectLevelWorkloadIdentity")
 
 
@@ -319,6 +322,28 @@ class StoreSettings:
     nats_tls_key: Path | None = opt(
         None, "--store-nats-tls-key", "NATS store: client key (mutual TLS)", kind="path"
     )
+
+    def nats_auth(self) -> NATSAuth:
+        """The ``--store-nats-*`` credentials for the state store and the history stream, the password read
+        from its file (a mounted Secret) now. Raises ``ConfigError`` naming the flag."""
+        password = None
+        if self.nats_password_file is not None:
+            try:
+                password = self.nats_password_file.read_text().strip()
+            except OSError as exc:
+                raise ConfigError(
+                    f"cannot read --store-nats-password-file {str(self.nats_password_file)!r}: "
+                    f"{exc.strerror or type(exc).__name__}",
+                    reason="InvalidStore",
+                ) from None
+        return NATSAuth(
+            creds_file=str(self.nats_creds) if self.nats_creds else None,
+            user=self.nats_user or None,
+            password=password,
+            tls_ca_file=str(self.nats_tls_ca) if self.nats_tls_ca else None,
+            tls_cert_file=str(self.nats_tls_cert) if self.nats_tls_cert else None,
+            tls_key_file=str(self.nats_tls_key) if self.nats_tls_key else None,
+        )
 
 
 @dataclass(frozen=True)

@@ -114,23 +114,9 @@ def _nats_connection(url: str, store: StoreSettings) -> NATSConnection:
     replicas = params.get("replicas")
     if replicas is not None and (not replicas.isdigit() or not 1 <= int(replicas) <= 5):
         raise _bad(url, "replicas must be 1 to 5")
-    password = None
-    if store.nats_password_file is not None:
-        try:
-            password = store.nats_password_file.read_text().strip()
-        except OSError as exc:
-            raise ConfigError(
-                f"cannot read --store-nats-password-file: {exc.strerror or type(exc).__name__}",
-                reason="InvalidStore",
-            ) from None
     return NATSConnection(
         servers,
         prefix=prefix,
         replicas=int(replicas) if replicas is not None else None,
-        creds_file=str(store.nats_creds) if store.nats_creds else None,
-        user=store.nats_user or None,
-        password=password,
-        tls_ca_file=str(store.nats_tls_ca) if store.nats_tls_ca else None,
-        tls_cert_file=str(store.nats_tls_cert) if store.nats_tls_cert else None,
-        tls_key_file=str(store.nats_tls_key) if store.nats_tls_key else None,
+        auth=store.nats_auth(),
     )

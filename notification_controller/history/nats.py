@@ -31,7 +31,7 @@ import ssl
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import nats
@@ -44,6 +44,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, RetentionPolicy, StorageType, StreamConfig
 
 from ..errors import StoreError
+from ..lib.natsconn import NATSAuth, replicas_for
 from ..metrics import HistoryMetrics
 from .live import Fanout
 from .model import _OUTCOME, Query, Record, Row
@@ -59,41 +60,17 @@ MAX_SCAN = 100_000
 READ_TIMEOUT = 5.0
 SKEW = 10.0
 """Seconds a record may be published after a newer one (flush intervals, clocks of replicas)."""
-MAX_REPLICAS = 5
 
 
 @dataclass(frozen=True)
 class NATSConnection:
-    """Where the stream is and how to log in (the ``--store`` URL and the ``--store-nats-*`` files)."""
+    """Where the stream is (the ``--store`` URL) and how to log in (the ``--store-nats-*`` files, as the state
+    store does)."""
 
     servers: Sequence[str]
     prefix: str = "nc"
     replicas: int | None = None
-    creds_file: str | None = None
-    user: str | None = None
-    password: str | None = None
-    tls_ca_file: str | None = None
-    tls_cert_file: str | None = None
-    tls_key_file: str | None = None
-
-    def ssl_context(self) -> ssl.SSLContext | None:
-        if not (self.tls_ca_file or self.tls_cert_file):
-            return None
-        ctx = ssl.create_default_context(cafile=self.tls_ca_file)
-        if self.tls_cert_file:
-            ctx.load_cert_chain(self.tls_cert_file, self.tls_key_file)
-        return ctx
-
-    def __repr__(self) -> str:  # never print the password
-        return f"NATSConnection(servers={list(self.servers)!r}, prefix={self.prefix!r}, password=***)"
-
-
-def cluster_replicas(info: dict[str, Any]) -> int:
-    """The store's rule (``store/nats.py``, ``replicas_for``): the cluster's size, at most 5; 1 alone."""
-    if not info.get("cluster"):
-        return 1
-    members = len(set(info.get("connect_urls") or ()))
-    return max(1, min(members if members else 3, MAX_REPLICAS))
+    auth: NATSAuth = field(default_factory=NATSAuth)
 
 
 class NATSHistory:
@@ -131,10 +108,10 @@ class NATSHistory:
         try:
             nc = await nats.connect(
                 servers=list(c.servers),
-                user_credentials=c.creds_file,
-                user=c.user,
-                password=c.password,
-                tls=c.ssl_context(),
+                user_credentials=c.auth.creds_file,
+                user=c.auth.user,
+                password=c.auth.password,
+                tls=c.auth.ssl_context(),
                 connect_timeout=5,
                 allow_reconnect=True,
                 max_reconnect_attempts=1,
@@ -159,7 +136,7 @@ class NATSHistory:
 
     async def _ensure_stream(self, info: dict[str, Any]) -> None:
         assert self._js is not None
-        replicas = self.connection.replicas or cluster_replicas(info)
+        replicas = self.connection.replicas or replicas_for(info)
         config = StreamConfig(
             name=self.stream,
             subjects=[self.subject],

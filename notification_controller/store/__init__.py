@@ -16,16 +16,13 @@ See ``docs/delivery.md``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 from urllib.parse import parse_qs
 
 from ..errors import ConfigError
 from ..lib.clock import Clock
+from ..lib.natsconn import NATSAuth
 from ..settings import StoreSettings
 from .base import DEFAULT_ACK_WAIT, DeadLetter, KVEntry, LaneStats, Lease, NewItem, Retention, Store
-
-if TYPE_CHECKING:  # nats-py is imported only when a nats:// store is opened
-    from .nats import NATSAuth
 
 __all__ = [
     "STORE_URL_HELP",
@@ -129,28 +126,7 @@ def store_from_settings(
     """``open_store`` for the ``--store*`` flags; NATS credentials are read from their files here, once.
     ``retain=False`` (the ``dead-letters`` command): no retention sweep, whatever the defaults say."""
     retention = Retention(settings.dead_letter_max_age, settings.dead_letter_max_bytes) if retain else None
-    nats_auth = None
-    if settings.url.strip().startswith("nats://"):
-        from .nats import NATSAuth
-
-        password = None
-        if settings.nats_password_file is not None:
-            try:
-                password = settings.nats_password_file.read_text().strip()
-            except OSError as exc:
-                raise ConfigError(
-                    f"cannot read --store-nats-password-file {str(settings.nats_password_file)!r}: "
-                    f"{exc.strerror or type(exc).__name__}",
-                    reason="InvalidStore",
-                ) from exc
-        nats_auth = NATSAuth(
-            creds_file=str(settings.nats_creds) if settings.nats_creds else None,
-            user=settings.nats_user or None,
-            password=password,
-            tls_ca_file=str(settings.nats_tls_ca) if settings.nats_tls_ca else None,
-            tls_cert_file=str(settings.nats_tls_cert) if settings.nats_tls_cert else None,
-            tls_key_file=str(settings.nats_tls_key) if settings.nats_tls_key else None,
-        )
+    nats_auth = settings.nats_auth() if settings.url.strip().startswith("nats://") else None
     return open_store(
         settings.url,
         clock=clock,

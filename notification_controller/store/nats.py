@@ -64,8 +64,7 @@ import struct
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import nats
 import nats.errors
@@ -87,6 +86,7 @@ from nats.js.kv import KeyValue
 
 from ..errors import StoreError
 from ..lib.clock import Clock, SystemClock
+from ..lib.natsconn import MAX_REPLICAS, NATSAuth, replicas_for
 from .base import DEFAULT_ACK_WAIT, DeadLetter, KVEntry, LaneStats, Lease, NewItem, Retention
 
 log = logging.getLogger(__name__)
@@ -95,8 +95,6 @@ DEFAULT_KV_MAX_AGE = 7 * 24 * 3600.0
 H_ID = "Nc-Id"
 H_ENQUEUED = "Nc-Enqueued"
 _EXPIRY = struct.Struct(">d")
-MAX_REPLICAS = 5
-"""JetStream's own limit on a stream's replicas."""
 DEFAULT_ELECTION_GRACE = 4.0
 """Seconds an append or a duplicate-window claim is retried through a stream leader election (clustered
 JetStream only). nats-server 2.9.10 elected a new stream leader 4–12 s after the old one was SIGKILLed in
@@ -120,47 +118,12 @@ _RETRYABLE: tuple[type[BaseException], ...] = (
 )
 
 
-def replicas_for(server_info: dict[str, Any]) -> int:
-    """The replica count to use when none is asked for: the size of the JetStream cluster the client is
-    connected to (the server's INFO: ``cluster`` is set on a clustered server, ``connect_urls`` lists every
-    member's client address, itself included), capped at ``MAX_REPLICAS``; 1 on a single server. A cluster
-    that does not advertise its members (``no_advertise``) is taken to have three: the usual size, and the
-    smallest that survives the loss of one node; a smaller one then refuses the streams loudly at start."""
-    if not server_info.get("cluster"):
-        return 1
-    members = len(set(server_info.get("connect_urls") or ()))
-    return max(1, min(members if members else 3, MAX_REPLICAS))
-
-
 def lane_token(provider: str) -> str:
     return base64.urlsafe_b64encode(provider.encode()).rstrip(b"=").decode()
 
 
 def lane_key(token: str) -> str:
     return base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
-
-
-@dataclass(frozen=True)
-class NATSAuth:
-    """How to authenticate and secure the connection (all optional; files are mounted Secrets)."""
-
-    creds_file: str | None = None
-    user: str | None = None
-    password: str | None = None
-    tls_ca_file: str | None = None
-    tls_cert_file: str | None = None
-    tls_key_file: str | None = None
-
-    def ssl_context(self) -> ssl.SSLContext | None:
-        if not (self.tls_ca_file or self.tls_cert_file):
-            return None
-        ctx = ssl.create_default_context(cafile=self.tls_ca_file)
-        if self.tls_cert_file:
-            ctx.load_cert_chain(self.tls_cert_file, self.tls_key_file)
-        return ctx
-
-    def __repr__(self) -> str:  # never print the password
-        return f"NATSAuth(creds_file={self.creds_file!r}, user={self.user!r}, password=***)"
 
 
 class NATSStore:

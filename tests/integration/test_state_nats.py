@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 
 from notification_controller.errors import StoreError
+from notification_controller.lib.natsconn import NATSAuth
 from notification_controller.store import NewItem, open_store
 from notification_controller.store.base import Lease, Retention
-from notification_controller.store.nats import NATSAuth, NATSStore
+from notification_controller.store.nats import NATSStore
 from tests.support.nats_server import run_nats_server
 
 

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from notification_controller.lib.natsconn import MAX_REPLICAS, replicas_for
 from notification_controller.store import open_store
-from notification_controller.store.nats import MAX_REPLICAS, NATSStore, replicas_for
+from notification_controller.store.nats import NATSStore
 
 
 def members(n: int) -> list[str]:
