@@ -33,7 +33,7 @@ from typing import Any, TextIO
 
 from .errors import ConfigError, StoreError
 from .lib.output import add_output_flag, dump, escape_cell, table
-from .settings import StoreSettings
+from .settings import add_store_access_flags, store_access
 from .store import DeadLetter, Store, store_from_settings
 
 LIST_LIMIT = 100_000
@@ -96,9 +96,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--all", action="store_true", help="replay/drop: every dead letter (when no filter)")
     add_output_flag(parser)
-    for name in ("nats_creds", "nats_password_file", "nats_tls_ca", "nats_tls_cert", "nats_tls_key"):
-        parser.add_argument("--store-" + name.replace("_", "-"), dest=name, type=Path)
-    parser.add_argument("--store-nats-user", dest="nats_user", default="")
+    add_store_access_flags(parser)
     return parser
 
 
@@ -134,16 +132,9 @@ async def _select(store: Store, args: argparse.Namespace) -> list[DeadLetter]:
 
 
 async def run(args: argparse.Namespace, out: TextIO) -> int:
-    settings = StoreSettings(
-        url=args.store,
-        nats_creds=args.nats_creds,
-        nats_user=args.nats_user,
-        nats_password_file=args.nats_password_file,
-        nats_tls_ca=args.nats_tls_ca,
-        nats_tls_cert=args.nats_tls_cert,
-        nats_tls_key=args.nats_tls_key,
-    )
-    store = store_from_settings(settings, retain=False)  # only the controller deletes, by its own limits
+    store = store_from_settings(
+        store_access(args.store, args), retain=False
+    )  # only the controller deletes, by its own limits
     if not store.durable:
         raise ConfigError(
             "the memory store keeps nothing outside the controller: use the controller's durable --store"

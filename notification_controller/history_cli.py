@@ -40,6 +40,7 @@ from typing import NoReturn, TextIO
 
 from .history.model import OUTCOMES, Query, Record
 from .lib.output import add_output_flag, dump, escape_cell, table
+from .settings import add_store_access_flags
 
 DEFAULT_NAMESPACE = "flux-system"
 TIMEOUT = 15.0
@@ -94,12 +95,7 @@ def _parser() -> argparse.ArgumentParser:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--server", metavar="http://HOST:PORT", help="a running controller's --ui-addr")
     source.add_argument("--store", metavar="sqlite:PATH|nats://…", help="the controller's --store")
-    for name in ("nats_creds", "nats_password_file", "nats_tls_ca", "nats_tls_cert", "nats_tls_key"):
-        flag = "--store-" + name.replace("_", "-")
-        parser.add_argument(flag, dest=name, type=Path, metavar="PATH", help=f"as the controller's {flag}")
-    parser.add_argument(
-        "--store-nats-user", dest="nats_user", default="", help="as the controller's --store-nats-user"
-    )
+    add_store_access_flags(parser)
     add_output_flag(parser)
     return parser
 
@@ -202,19 +198,10 @@ def from_store(args: argparse.Namespace, q: Query) -> list[Record]:
 async def _read_store(args: argparse.Namespace, q: Query) -> list[Record]:
     from .errors import ConfigError, StoreError
     from .history.reader import open_reader
-    from .settings import StoreSettings
+    from .settings import store_access
 
-    settings = StoreSettings(
-        url=args.store,
-        nats_creds=args.nats_creds,
-        nats_user=args.nats_user,
-        nats_password_file=args.nats_password_file,
-        nats_tls_ca=args.nats_tls_ca,
-        nats_tls_cert=args.nats_tls_cert,
-        nats_tls_key=args.nats_tls_key,
-    )
     try:
-        history = open_reader(settings)
+        history = open_reader(store_access(args.store, args))
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
     try:

@@ -9,6 +9,7 @@ default is never written twice. Components take their own section (``settings.ev
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from pathlib import Path
@@ -344,6 +345,27 @@ class StoreSettings:
             tls_cert_file=str(self.nats_tls_cert) if self.nats_tls_cert else None,
             tls_key_file=str(self.nats_tls_key) if self.nats_tls_key else None,
         )
+
+
+_NATS_FILES = ("nats_creds", "nats_password_file", "nats_tls_ca", "nats_tls_cert", "nats_tls_key")
+
+
+def add_store_access_flags(parser: argparse.ArgumentParser) -> None:
+    """The ``--store-nats-*`` flags of the tools that open the controller's store (``dead-letters``,
+    ``history --store``): the same names as the controller's, the files read the same way."""
+    for name in _NATS_FILES:
+        flag = "--store-" + name.replace("_", "-")
+        parser.add_argument(flag, dest=name, type=Path, metavar="PATH", help=f"as the controller's {flag}")
+    parser.add_argument(
+        "--store-nats-user", dest="nats_user", default="", help="as the controller's --store-nats-user"
+    )
+
+
+def store_access(url: str, args: argparse.Namespace) -> StoreSettings:
+    """The ``StoreSettings`` of a tool's ``--store`` and the flags of ``add_store_access_flags``."""
+    return StoreSettings(
+        url=url, nats_user=args.nats_user, **{name: getattr(args, name) for name in _NATS_FILES}
+    )
 
 
 @dataclass(frozen=True)
