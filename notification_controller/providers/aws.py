@@ -78,6 +78,7 @@ from ..outbound.identity import (
 from .base import DeliveryContext, HTTPNotifier, ProviderOptions
 from .common import Caller
 from .message import Message, with_text
+from .validation import require_url
 
 ACCESS_KEY_ID = "awsAccessKeyId"
 SECRET_ACCESS_KEY = "awsSecretAccessKey"
@@ -423,13 +424,8 @@ def _secret_text(data: Mapping[str, bytes], key: str) -> str:
 
 
 def _require_http_url(url: str, what: str) -> str:
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018
-    except ValueError:
-        raise ProviderConfigError(f"invalid {what}: not a valid URL") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ProviderConfigError(f"invalid {what}: must be an absolute http or https URL")
+    """``validation.require_url``, and no credentials in the URL (AWS signs; userinfo would only leak)."""
+    parts = urlsplit(require_url(url, what=what))
     if parts.username is not None or parts.password is not None:
         raise ProviderConfigError(f"invalid {what}: credentials in the URL are not used by AWS")
     return url
