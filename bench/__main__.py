@@ -17,13 +17,15 @@ import traceback
 from pathlib import Path
 
 from .durable import bench_durable
+from .forwarders import bench_forwarders
 from .load import install_fast_loop
-from .report import Row, RunReport, render_table
+from .report import Row, RunReport, render_spread, render_table
 from .suite import BENCHMARKS as SUITE
 from .suite import Context, Skip, Timing
 from .wrk import WrkError, wrk_binary
 
-BENCHMARKS = {**SUITE, "durable": bench_durable}
+BENCHMARKS = {**SUITE, "durable": bench_durable, "forwarders": bench_forwarders}
+OPT_IN = ("forwarders",)  # not in the default selection: run with --only
 
 RESULTS = Path(__file__).resolve().parent / "results"
 BENCH_TIME_LIMIT = 240.0  # seconds per benchmark: a hang is a crash, never an endless `make bench`
@@ -33,12 +35,22 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
     p.add_argument(
         "--only",
-        default=",".join(BENCHMARKS),
-        help=f"comma-separated subset of: {', '.join(BENCHMARKS)} (default: all)",
+        default=",".join(b for b in BENCHMARKS if b not in OPT_IN),
+        help=f"comma-separated subset of: {', '.join(BENCHMARKS)} (default: all but {', '.join(OPT_IN)})",
     )
     p.add_argument("--quick", action="store_true", help="one 2 s slice per server (numbers get noisier)")
     p.add_argument(
         "--profile", type=Path, default=None, metavar="DIR", help="py-spy the controller in 1, 2 and 5"
+    )
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run the whole selection N times, then print the spread (min-max) of every row",
+    )
+    p.add_argument(
+        "--markdown", action="store_true", help="print the final table as Markdown too (README.md's table)"
     )
     p.add_argument("--results", type=Path, default=RESULTS, help="where the JSON results go")
     p.add_argument("--keep", action="store_true", help="keep the temp dir (manifests, process logs)")
@@ -100,18 +112,34 @@ def main(argv: list[str] | None = None) -> int:
     except WrkError as exc:
         print(str(exc), file=sys.stderr)
         return 1
-    work = Path(tempfile.mkdtemp(prefix="nc-bench-"))
-    print(f"throughput: {wrk}; latency generator on {loop_name}; work dir {work}", flush=True)
-    report = asyncio.run(run(args, work))
-    print()
-    print(render_table(report.rows))
-    path = report.write(args.results)
-    print(f"\nresults: {path} (and {path.with_name('latest.json')}); total {report.duration:.0f}s")
-    if report.crashed or args.keep:
-        print(f"process logs kept in {work / 'logs'}")
-    else:
-        shutil.rmtree(work, ignore_errors=True)
-    return 1 if report.crashed else 0
+    if args.repeat < 1:
+        raise SystemExit("--repeat must be at least 1")
+    reports: list[RunReport] = []
+    crashed = False
+    for attempt in range(1, args.repeat + 1):
+        work = Path(tempfile.mkdtemp(prefix="nc-bench-"))
+        label = f" (run {attempt} of {args.repeat})" if args.repeat > 1 else ""
+        print(f"throughput: {wrk}; latency generator on {loop_name}; work dir {work}{label}", flush=True)
+        report = asyncio.run(run(args, work))
+        reports.append(report)
+        print()
+        print(render_table(report.rows))
+        path = report.write(args.results)
+        print(f"\nresults: {path} (and {path.with_name('latest.json')}); total {report.duration:.0f}s")
+        if report.crashed or args.keep:
+            print(f"process logs kept in {work / 'logs'}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+        crashed = crashed or bool(report.crashed)
+    if args.repeat > 1:
+        runs = [r.rows for r in reports]
+        print(f"\nspread over {args.repeat} runs (min–max; result: how many runs met the target):\n")
+        print(render_spread(runs))
+        if args.markdown:
+            print("\n" + render_spread(runs, markdown=True))
+    elif args.markdown:
+        print("\n" + render_table(reports[0].rows, markdown=True))
+    return 1 if crashed else 0
 
 
 if __name__ == "__main__":

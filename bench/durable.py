@@ -149,6 +149,7 @@ async def bench_durable(ctx: Context) -> None:
                 ours.cpu_us(per_notification=True),
                 base.cpu_us(per_notification=True),
                 "memory store",
+                1.5,
                 note=note,
             )
         )

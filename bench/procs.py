@@ -156,11 +156,15 @@ class RSSSampler:
 
 
 class Helper:
-    """A bench helper (``bench.baseline`` or ``bench.sink``) that prints ``PORT <n>`` when listening."""
+    """A bench helper (``bench.baseline``, ``bench.sink``, or with ``program`` any command such as the Go
+    peer) that prints ``PORT <n>`` when listening."""
 
-    def __init__(self, module: str, args: Sequence[str], log_dir: Path) -> None:
+    def __init__(
+        self, module: str, args: Sequence[str], log_dir: Path, *, program: Sequence[str] = ()
+    ) -> None:
         self.module = module
         self.args = list(args)
+        self.program = list(program) or [sys.executable, "-m", module]  # e.g. the Go peer's binary
         self.log_path = log_dir / f"{module.rsplit('.', 1)[-1]}-{time.monotonic_ns()}.log"
         self.proc: asyncio.subprocess.Process | None = None
         self.port = 0
@@ -178,9 +182,7 @@ class Helper:
     async def start(self, timeout: float = 30.0) -> None:
         self._log = self.log_path.open("wb")
         self.proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            self.module,
+            *self.program,
             *self.args,
             cwd=ROOT,
             env=_env(),

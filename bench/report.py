@@ -79,7 +79,32 @@ def fmt_pair(value: float | None, peak: float | None, unit: str) -> str:
     return f"{fmt_number(value)} / {fmt_number(peak, unit)}"
 
 
-def render_table(rows: Sequence[Row]) -> str:
+def _layout(
+    header: Sequence[str], lines: Sequence[Sequence[str]], left: set[int], markdown: bool
+) -> list[str]:
+    """Aligned plain-text columns, or a Markdown table (what README.md shows)."""
+    if markdown:
+
+        def cell(text: str) -> str:
+            return text.replace("|", "\\|")
+
+        out = ["| " + " | ".join(header) + " |"]
+        out.append("|" + "|".join("---" if i in left else "---:" for i in range(len(header))) + "|")
+        out.extend("| " + " | ".join(cell(c) for c in line) + " |" for line in lines)
+        return out
+    widths = [
+        max(len(h), *(len(line[i]) for line in lines)) if lines else len(h) for i, h in enumerate(header)
+    ]
+
+    def fmt(cells: Sequence[str]) -> str:
+        return "  ".join(
+            c.ljust(widths[i]) if i in left else c.rjust(widths[i]) for i, c in enumerate(cells)
+        ).rstrip()
+
+    return [fmt(header), fmt(["-" * w for w in widths]), *(fmt(line) for line in lines)]
+
+
+def render_table(rows: Sequence[Row], *, markdown: bool = False) -> str:
     header = ("benchmark", "metric", "value", "vs", "baseline", "ratio", "target", "result")
     lines = [
         (
@@ -94,18 +119,7 @@ def render_table(rows: Sequence[Row]) -> str:
         )
         for row in rows
     ]
-    widths = [
-        max(len(h), *(len(line[i]) for line in lines)) if lines else len(h) for i, h in enumerate(header)
-    ]
-
-    def fmt(cells: Sequence[str]) -> str:
-        return "  ".join(
-            cell.ljust(widths[i]) if i in (0, 1, 3, 6, 7) else cell.rjust(widths[i])
-            for i, cell in enumerate(cells)
-        ).rstrip()
-
-    out = [fmt(header), fmt(["-" * w for w in widths])]
-    out.extend(fmt(line) for line in lines)
+    out = _layout(header, lines, {0, 1, 3, 6, 7}, markdown)
     verdicts = [row.verdict for row in rows]
     out.append("")
     out.append(
@@ -117,6 +131,61 @@ def render_table(rows: Sequence[Row]) -> str:
         out.append("")
         out.append("notes:")
         out.extend(notes)
+    return "\n".join(out)
+
+
+def _span(values: Sequence[float | None], fmt: Any, unit: str = "") -> str:
+    """``min–max unit`` of the measured values (one value when they agree, "not measured" when none)."""
+    got = [v for v in values if v is not None]
+    if not got:
+        return "not measured"
+    low, high = fmt(min(got)), fmt(max(got))
+    text = (low if low == high else f"{low}–{high}") + (f" {unit}" if unit and unit != "%" else unit)
+    missing = len(values) - len(got)
+    return text + (f" ({missing} not measured)" if missing else "")
+
+
+def render_spread(runs: Sequence[Sequence[Row]], *, markdown: bool = False) -> str:
+    """One line per row of the runs (``bench``, ``metric``, ``vs``): the spread (min–max) of the value,
+    the baseline and the ratio over the runs, and how many runs met the target (``--repeat N``)."""
+    keyed: dict[tuple[str, str, str], list[Row]] = {}
+    for rows in runs:
+        for row in rows:
+            keyed.setdefault((row.bench, row.metric, row.vs), []).append(row)
+    header = (
+        "benchmark",
+        "metric",
+        "value",
+        "vs",
+        "baseline",
+        "ratio",
+        "target",
+        f"result ({len(runs)} runs)",
+    )
+    lines = []
+    for (bench, metric, vs), rows in keyed.items():
+        unit = rows[0].unit
+
+        def number(v: float) -> str:
+            return fmt_number(v, "%" if unit == "%" else "")
+
+        verdicts = [r.verdict for r in rows]
+        counted = ", ".join(f"{v} {verdicts.count(v)}" for v in dict.fromkeys(verdicts) if v not in ("-",))
+        lines.append(
+            (
+                bench,
+                metric,
+                _span([r.value for r in rows], number, unit),
+                vs or "-",
+                _span([r.baseline for r in rows], number, unit)
+                if any(r.baseline is not None for r in rows)
+                else "-",
+                _span([r.ratio for r in rows], lambda v: f"{v:.2f}") if any(r.ratio for r in rows) else "-",
+                rows[0].target or "-",
+                counted or "-",
+            )
+        )
+    out = _layout(header, lines, {0, 1, 3, 6, 7}, markdown)
     return "\n".join(out)
 
 

@@ -153,14 +153,21 @@ def write_manifests(directory: Path, files: Mapping[str, Sequence[dict[str, Any]
 
 
 # ---- 1. ingest without a matching Alert ---------------------------------------------------------------
+NO_MATCH_ALERTS = 10
+
+
 def no_match_manifests(directory: Path) -> Path:
-    """One Provider and one Alert that no benchmark event matches (other namespace, other kind)."""
+    """One Provider and 10 Alerts that no benchmark event matches (other namespace, other kinds): the
+    "ingest, 10 Alerts" figure of issue 29."""
     return write_manifests(
         directory,
         {
             "flux-system.yaml": [
                 provider_doc("flux-system", "nowhere", "http://127.0.0.1:9/never"),
-                alert_doc("flux-system", "apps", "nowhere", [("Kustomization", "apps")]),
+                *(
+                    alert_doc("flux-system", f"apps-{i}", "nowhere", [(KINDS[i % 2], f"apps-{i}")])
+                    for i in range(NO_MATCH_ALERTS)
+                ),
             ]
         },
     )
@@ -194,6 +201,28 @@ def dispatch_manifests(directory: Path, sink_url: str) -> Path:
             ]
         },
     )
+
+
+def silence_doc(namespace: str, name: str) -> dict[str, Any]:
+    """An active Silence (a year either side of now) whose matcher no benchmark event meets: every
+    notification of its namespace is checked against it and goes on (the "new stages" row)."""
+    return {
+        "apiVersion": "notification-controller.io/v1alpha1",
+        "kind": "Silence",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "matchers": [{"name": "name", "value": "no-such-object-.*", "matchType": "=~"}],
+            "startsAt": "2025-01-01T00:00:00Z",
+            "endsAt": "2099-01-01T00:00:00Z",
+            "comment": "bench: matches nothing",
+        },
+    }
+
+
+def dispatch_manifests_with_silence(directory: Path, sink_url: str) -> Path:
+    """``dispatch_manifests`` plus a Silence that holds nothing."""
+    dispatch_manifests(directory, sink_url)
+    return write_manifests(directory, {"silence.yaml": [silence_doc(DISPATCH_NAMESPACE, "nothing")]})
 
 
 def dispatch_event(index: int, phase: str, tag: str, metadata: Mapping[str, str]) -> bytes:

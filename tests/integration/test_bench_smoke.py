@@ -9,21 +9,25 @@ busy. ``wrk`` comes from ``bench/deps.sh``, as for ``make bench``.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import subprocess
 import time
 from pathlib import Path
 
 import aiohttp
+import orjson
 import pytest
 from aiohttp import web
 
-from bench import workloads
+from bench import gopeer, workloads
+from bench.forwarder import VARIANTS
 from bench.load import percentile, run_load
 from bench.procs import ROOT, Helper, metric_sum, quiet_cpu, read_proc_status
-from bench.report import Row, RunReport, render_table
+from bench.report import Row, RunReport, render_spread, render_table
 from bench.suite import Context, Skip, Target, Timing, measure_run, sink_stats, wait_receiver
 from bench.wrk import MARKER, WrkError, parse_output, run_wrk, write_templates
+from tests.support.capture import CaptureServer
 
 
 @pytest.fixture(scope="module")
@@ -225,3 +229,125 @@ async def test_sink_rejects_what_it_cannot_parse(tmp_path: Path) -> None:
         async with session.post(sink.url + "/flux", data=b"not json") as resp:
             assert resp.status == 400
         assert (await sink_stats(sink, ""))["unparsed"] == 1
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+async def test_every_forwarder_variant_forwards_each_event_once(tmp_path: Path, variant: str) -> None:
+    """Each way the baseline can forward (``--variant``) delivers every accepted event exactly once, so
+    the variants measured side by side (``--only forwarders``) all do the same work."""
+    async with Helper("bench.sink", [], tmp_path) as sink:
+        args = ["--to", f"{sink.url}/fwd", "--variant", variant]
+        async with Helper("bench.forwarder", args, tmp_path) as forwarder:
+            result = await run_load(
+                forwarder.url + "/",
+                workloads.dispatch_events(f"v-{variant}"),
+                connections=8,
+                max_requests=200,
+                max_duration=30.0,
+            )
+            async with asyncio.timeout(30):
+                while (stats := await sink_stats(sink, f"v-{variant}"))["received"] < 200:
+                    await asyncio.sleep(0.05)
+    assert result.statuses[202] == 200
+    assert stats["received"] == stats["unique"] == 200
+
+
+@pytest.fixture(scope="module")
+def go_peer_binary() -> Path:
+    """The Go peer built as ``make bench`` builds it (Go from ``bench/deps.sh`` when missing)."""
+    if gopeer.go_binary() is None:
+        done = subprocess.run(["bash", str(ROOT / "bench" / "deps.sh")], capture_output=True, text=True)
+        if done.returncode != 0 or gopeer.go_binary() is None:
+            pytest.fail(f"bench/deps.sh could not install Go: {done.stderr[-500:]}")
+    return asyncio.run(gopeer.build())
+
+
+def flux_event(name: str, message: str, *, severity: str = "info", index: int = 1) -> bytes:
+    return workloads.event_body(
+        "Kustomization",
+        "apps",
+        name,
+        message,
+        severity=severity,
+        index=index,
+        metadata={"kustomize.toolkit.fluxcd.io/checksum": "abc", "event.toolkit.fluxcd.io/phase": "p"},
+    )
+
+
+async def test_go_peer_does_fluxs_event_path(tmp_path: Path, go_peer_binary: Path) -> None:
+    """The moonshot peer does the work it is compared for: it decodes, limits duplicates (429), matches
+    source kind/name (``*``)/namespace, severity and the inclusion/exclusion lists against every Alert,
+    and POSTs the generic payload (metadata prefix-stripped, checksum dropped, the Alert's summary) with
+    ``gotk-component`` to each matching Alert's Provider; an event no Alert takes is answered 202 and
+    sent nowhere, a body that is not an event 400."""
+    async with CaptureServer() as capture:
+        docs = [
+            workloads.provider_doc("apps", "sink", f"{capture.url}/sink"),
+            workloads.alert_doc("apps", "by-name", "sink", [("Kustomization", "web")]),
+            workloads.alert_doc(
+                "apps",
+                "filtered",
+                "sink",
+                [("Kustomization", "*")],
+                inclusion=["^deploy"],
+                exclusion=["dry-run"],
+            ),
+            workloads.alert_doc("apps", "errors", "sink", [("Kustomization", "db")], severity="error"),
+            workloads.alert_doc("other", "elsewhere", "sink", [("Kustomization", "*")]),
+        ]
+        docs[1]["spec"]["summary"] = "web alerts"
+        manifests = workloads.write_manifests(tmp_path / "m", {"all.yaml": docs})
+        config = gopeer.write_config(manifests, tmp_path / "peer.json")
+        peer = Helper("gopeer", ["--config", str(config)], tmp_path, program=[str(go_peer_binary)])
+        async with peer, aiohttp.ClientSession() as session:
+
+            async def post(body: bytes) -> int:
+                async with session.post(peer.url + "/", data=body) as resp:
+                    return resp.status
+
+            assert await post(flux_event("web", "deploy started")) == 202  # by-name and filtered
+            assert await post(flux_event("web", "deploy started")) == 429  # Flux's duplicate limiter
+            assert await post(flux_event("api", "deploy dry-run", index=2)) == 202  # excluded
+            assert await post(flux_event("api", "rollout", index=3)) == 202  # not included
+            assert await post(flux_event("db", "deploy db", index=4)) == 202  # info < error: only filtered
+            assert await post(flux_event("db", "deploy db", severity="error", index=5)) == 202  # both
+            assert await post(b"not json") == 400
+            assert await post(b'{"involvedObject": {}}') == 400
+            got = await capture.wait_for(5, timeout=30)
+            await asyncio.sleep(0.3)  # nothing else arrives
+    assert len(capture.requests) == 5
+    bodies = [orjson.loads(r.body) for r in got]
+    assert sorted(b["message"] for b in bodies) == sorted(
+        ["deploy started", "deploy started", "deploy db", "deploy db", "deploy db"]
+    )
+    summaries = sorted(b["metadata"].get("summary", "") for b in bodies)
+    assert summaries == ["", "", "", "", "web alerts"]
+    for request, body in zip(got, bodies, strict=True):
+        assert request.path == "/sink"
+        assert request.headers["gotk-component"] == "kustomize-controller"
+        assert request.headers["Content-Type"] == "application/json"
+        assert body["involvedObject"]["name"] in ("web", "db")
+        assert body["metadata"]["phase"] == "p" and body["metadata"]["revision"].startswith("main@sha1:")
+        assert "checksum" not in body["metadata"]
+        assert body["timestamp"] == "2026-11-22T10:00:00Z"
+
+
+def test_go_peer_build_is_cached(go_peer_binary: Path) -> None:
+    """A second build of unchanged sources reuses the binary (named by the sources' hash)."""
+    assert go_peer_binary.name == f"gopeer-{gopeer.source_hash()}"
+    assert asyncio.run(gopeer.build()) == go_peer_binary
+
+
+def test_spread_of_repeated_runs() -> None:
+    """``--repeat N``: every row's min–max over the runs and how many met the target; Markdown escapes ``|``."""
+    runs = [
+        [Row("2 delivery", "CPU per notification", v, "µs", 100.0, "≤ 1.20 × fwd", v <= 120, vs="fwd")]
+        for v in (110.0, 125.0, 118.0)
+    ]
+    runs[1].append(Row("2 delivery", "a|b", None))
+    text = render_spread(runs)
+    assert "110–125 µs" in text and "1.10–1.25" in text and "PASS 2, MISS 1" in text
+    assert "100 µs" in text and "result (3 runs)" in text
+    assert "not measured" in text
+    markdown = render_spread(runs, markdown=True)
+    assert markdown.startswith("| benchmark | metric |") and "a\\|b" in markdown

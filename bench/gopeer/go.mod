@@ -1,0 +1,3 @@
+module gopeer
+
+go 1.19
