@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ..errors import ControllerError
 from ..lib.clock import rfc3339
+from ..lib.gojson import _BYTE_ESCAPES as _GO_BYTE_ESCAPES
 from ..lib.gojson import GoStruct, dumps
 
 SEVERITY_INFO = "info"
@@ -256,8 +257,50 @@ class Event(BaseModel):
         return out
 
     def to_go_json(self) -> bytes:
-        """The exact bytes Go's ``json.Marshal(event)`` produces."""
-        return dumps(self.to_go())
+        """The exact bytes Go's ``json.Marshal(event)`` produces.
+
+        The generic payload of every notification: built here in Go's field order with the metadata map
+        sorted and encoded in one ``orjson.dumps``, instead of ``to_go`` + ``gojson.dumps``' generic walk
+        (callgrind, per call: ~31k instructions -> ~13k). Every value is a string (validated on decode),
+        so what orjson refuses (a lone surrogate) takes ``gojson.dumps``, which replaces it as Go does."""
+        obj = self.involved_object
+        involved: dict[str, str] = {}
+        if obj.kind:
+            involved["kind"] = obj.kind
+        if obj.namespace:
+            involved["namespace"] = obj.namespace
+        if obj.name:
+            involved["name"] = obj.name
+        if obj.uid:
+            involved["uid"] = obj.uid
+        if obj.api_version:
+            involved["apiVersion"] = obj.api_version
+        if obj.resource_version:
+            involved["resourceVersion"] = obj.resource_version
+        if obj.field_path:
+            involved["fieldPath"] = obj.field_path
+        ts = self.timestamp
+        out: dict[str, Any] = {
+            "involvedObject": involved,
+            "severity": self.severity,
+            "timestamp": rfc3339(ts) if ts is not None and ts != GO_ZERO_TIME else None,
+            "message": self.message,
+            "reason": self.reason,
+        }
+        md = self.metadata
+        if md:
+            out["metadata"] = {k: md[k] for k in sorted(md)}  # a Go map: keys sorted
+        out["reportingController"] = self.reporting_controller
+        if self.reporting_instance:
+            out["reportingInstance"] = self.reporting_instance
+        try:
+            raw = orjson.dumps(out)
+        except TypeError:
+            return dumps(self.to_go())
+        for plain, escaped in _GO_BYTE_ESCAPES:  # only inside strings: replacing in the bytes is exact
+            if plain in raw:
+                raw = raw.replace(plain, escaped)
+        return raw
 
     def as_cel(self) -> dict[str, Any]:
         """The event as the JSON-like map CEL expressions see (reference §3.9)."""

@@ -9,11 +9,12 @@ global, so tests and multiple servers each own theirs.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 
 from ..api.event import MD_ORIGIN_REVISION, MD_REVISION, MD_TOKEN, Event
-from ..lib.clock import Clock
+from ..lib.clock import Clock, SystemClock
 
 
 def event_key(event: Event, metadata: Mapping[str, str] | None = None) -> str:
@@ -23,19 +24,17 @@ def event_key(event: Event, metadata: Mapping[str, str] | None = None) -> str:
     """
     md = event.metadata if metadata is None else metadata
     obj = event.involved_object
-    parts = [
-        "event",
-        f"name={obj.name}",
-        f"namespace={obj.namespace}",
-        f"kind={obj.kind}",
-        f"message={event.message}",
-    ]
-    group = obj.group
-    for key in (MD_ORIGIN_REVISION, MD_REVISION, MD_TOKEN):
-        value = md.get(f"{group}/{key}")
+    text = f"event/name={obj.name}/namespace={obj.namespace}/kind={obj.kind}/message={event.message}"
+    api_version = obj.api_version
+    prefix = api_version.split("/", 1)[0] + "/" if "/" in api_version else "/"  # ``ObjectReference.group``
+    for key in _KEYED:
+        value = md.get(prefix + key)
         if value is not None:
-            parts.append(f"{key}={value}")
-    return hashlib.sha256("/".join(parts).encode("utf-8", errors="surrogatepass")).hexdigest()
+            text += f"/{key}={value}"
+    return hashlib.sha256(text.encode("utf-8", errors="surrogatepass")).hexdigest()
+
+
+_KEYED = (MD_ORIGIN_REVISION, MD_REVISION, MD_TOKEN)
 
 
 class Decision:
@@ -113,6 +112,11 @@ class FixedWindowLimiter:
         self.interval = interval
         self.tokens = tokens
         self._clock = clock
+        # the wall clock of the reset time: ``time.time`` itself for the system clock (``now()`` builds a
+        # datetime per request), the injected clock's otherwise (tests)
+        system = type(clock) is SystemClock
+        self._wall: Callable[[], float] = time.time if system else lambda: clock.now().timestamp()
+        self._monotonic: Callable[[], float] = time.monotonic if system else clock.monotonic
         self._buckets: dict[str, _Bucket] = {}
         self._next_sweep = clock.monotonic() + interval
 
@@ -120,7 +124,7 @@ class FixedWindowLimiter:
         return len(self._buckets)
 
     def take(self, key: str) -> Decision:
-        mono = self._clock.monotonic()
+        mono = self._monotonic()
         if mono >= self._next_sweep:
             self.sweep(mono)
         bucket = self._buckets.get(key)
@@ -131,7 +135,7 @@ class FixedWindowLimiter:
             bucket.window = window
             bucket.taken = 0
         bucket.last_seen = mono
-        reset = self._clock.now().timestamp() + (bucket.start + (window + 1) * self.interval - mono)
+        reset = self._wall() + (bucket.start + (window + 1) * self.interval - mono)
         if bucket.taken < self.tokens:
             bucket.taken += 1
             return Decision(True, self.tokens, self.tokens - bucket.taken, reset)

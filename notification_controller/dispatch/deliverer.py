@@ -245,8 +245,10 @@ class Deliverer:
         else:
             done = _attempted(DeliveryOutcome.DELIVERED, "", None, "", attempt.status, started, attempt)
             self.report.delivered(notification, done)
-        if self.post_send.stages:
-            await self.post_send.finish(delivery)  # delivered already: the outcome stands
+        if self.post_send.stages:  # delivered already: the outcome stands
+            after = self.post_send.run(delivery)  # synchronous stages: no coroutine
+            if after is not None and not isinstance(after, Delivery):
+                await after
         return done
 
     def _context(self, alert: Alert, commit_status: str) -> DeliveryContext:

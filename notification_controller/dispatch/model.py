@@ -8,6 +8,7 @@
 * ``Delivery``: a Notification resolved at send time against the *current* Alert and Provider (and the
   Provider's cached notifier), which the *pre-send* stages (hooks, templates) see and may change.
 
+The three are never mutated (a stage makes a new one), not ``frozen`` (issue 29: ~4.7% of a delivery's CPU).
 Every reason a notification is not sent is a ``DropReason``: it labels ``notification_dropped_total{reason}``.
 """
 
@@ -19,7 +20,7 @@ import os
 import time
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 import orjson
 
@@ -58,18 +59,24 @@ class Ref:
     namespace: str
     name: str
     generation: int = 0
+    _refs: ClassVar[dict[int, tuple[object, Ref]]] = {}  # one per object version (the store swaps objects)
 
     @classmethod
     def of(cls, obj: Alert | Provider) -> Ref:
-        meta = obj.metadata
-        return cls(meta.namespace, meta.name, meta.generation or 0)
+        refs = cls._refs
+        if (hit := refs.get(id(obj))) is None or hit[0] is not obj:
+            if len(refs) >= 4096:
+                refs.clear()  # replaced objects must not accumulate
+            meta = obj.metadata
+            hit = refs[id(obj)] = (obj, cls(meta.namespace, meta.name, meta.generation or 0))
+        return hit[1]
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Notification:
     """One event on its way to one Alert's Provider, as plain data (see the module docstring)."""
 
@@ -153,7 +160,7 @@ def new_id() -> str:
     return f"{_ID_PREFIX}{next(_ID_COUNTER):016x}"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Draft:
     """An event matched by an Alert, while the pre-queue stages decide (``provider`` is set by the rule
     that looks it up: the first Flux rule but one)."""
@@ -177,20 +184,13 @@ class Draft:
         return Draft(self.event, self.alert, self.provider, commit_status, self.message, self.event_id)
 
     def notification(self) -> Notification:
-        assert self.provider is not None, "the provider rule runs before the draft is queued"
-        return Notification(
-            new_id(),
-            self.event,
-            Ref.of(self.alert),
-            Ref.of(self.provider),
-            str(self.provider.spec.type),
-            self.commit_status,
-            message=self.message,
-            event_id=self.event_id,
-        )
+        p = self.provider
+        assert p is not None, "the provider rule runs before the draft is queued"
+        return Notification(new_id(), self.event, Ref.of(self.alert), Ref.of(p), str(p.spec.type),
+                            self.commit_status, message=self.message, event_id=self.event_id)  # fmt: skip
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Delivery:
     """A Notification resolved at send time; what the pre-send stages see."""
 

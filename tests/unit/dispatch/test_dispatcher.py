@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 
 from notification_controller.api.event import Event
 from notification_controller.api.objects import parse_object
+from notification_controller.api.provider import Provider
 from notification_controller.dispatch.builder import Pipeline, build
 from notification_controller.dispatch.dispatcher import Dispatcher
 from notification_controller.dispatch.lanes import MemoryLanes
@@ -127,6 +128,25 @@ async def rig() -> AsyncIterator[Rig]:
         if rig.pipeline is not None:
             await rig.pipeline.dispatcher.shutdown(1)
     await http.close()
+
+
+def test_a_ref_is_made_once_per_object_version() -> None:
+    """``Ref.of`` remembers the Ref of an object (issue 29: not one per notification) by identity: a new
+    version of the object (the store swaps objects on every change) gets its own, with its generation."""
+    def parsed(doc: dict[str, Any]) -> Provider:
+        obj = parse_object(doc)
+        assert isinstance(obj, Provider)
+        return obj
+
+    first = parsed(provider("sink", "http://127.0.0.1:9/x", generation=1))
+    assert Ref.of(first) is Ref.of(first)
+    assert Ref.of(first) == Ref(NS, "sink", 1)
+    second = parsed(provider("sink", "http://127.0.0.1:9/x", generation=2))
+    assert Ref.of(second) == Ref(NS, "sink", 2)
+    assert Ref.of(first) == Ref(NS, "sink", 1)  # the old version still answers its own
+    keep = [parsed(provider(f"p{i}", "http://127.0.0.1:9/x")) for i in range(5000)]
+    assert [Ref.of(p).name for p in keep] == [f"p{i}" for i in range(5000)]
+    assert len(Ref._refs) <= 4096  # bounded: replaced objects do not accumulate
 
 
 def test_notification_is_plain_data_and_round_trips_through_json() -> None:
