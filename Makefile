@@ -87,7 +87,8 @@ unit: $(STAMP) system-deps
 e2e: $(STAMP) e2e-server
 	$(VENV)/bin/pytest -p no:cacheprovider -m e2e
 
-# wrk (the C load generator) comes from bench/deps.sh; e.g. make bench BENCH_ARGS="--only ingest --quick".
+# wrk (the C load generator) and Go (builds the Go peer, bench/gopeer) come from bench/deps.sh; e.g.
+# make bench BENCH_ARGS="--only ingest --quick", or BENCH_ARGS="--repeat 3 --markdown" for the README table.
 bench: $(STAMP)
 	bash bench/deps.sh
 	$(PY) -m bench $(BENCH_ARGS)

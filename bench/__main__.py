@@ -18,25 +18,37 @@ from pathlib import Path
 
 from .durable import bench_durable
 from .forwarders import bench_forwarders
+from .instructions import bench_instructions
 from .load import install_fast_loop
 from .report import Row, RunReport, render_spread, render_table
 from .suite import BENCHMARKS as SUITE
 from .suite import Context, Skip, Timing
 from .wrk import WrkError, wrk_binary
 
-BENCHMARKS = {**SUITE, "durable": bench_durable, "forwarders": bench_forwarders}
-OPT_IN = ("forwarders",)  # not in the default selection: run with --only
+BENCHMARKS = {
+    **SUITE,
+    "durable": bench_durable,
+    "forwarders": bench_forwarders,
+    "instructions": bench_instructions,
+}
+OPT_IN = ("forwarders", "instructions")  # not in the default selection: run with --only
 
 RESULTS = Path(__file__).resolve().parent / "results"
 BENCH_TIME_LIMIT = 240.0  # seconds per benchmark: a hang is a crash, never an endless `make bench`
+TIME_LIMITS = {"instructions": 1200.0}  # everything runs under valgrind there
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
     p.add_argument(
         "--only",
-        default=",".join(b for b in BENCHMARKS if b not in OPT_IN),
+        default=None,
         help=f"comma-separated subset of: {', '.join(BENCHMARKS)} (default: all but {', '.join(OPT_IN)})",
+    )
+    p.add_argument(
+        "--instructions",
+        action="store_true",
+        help="callgrind instructions per event of the controller and its baselines (= --only instructions)",
     )
     p.add_argument("--quick", action="store_true", help="one 2 s slice per server (numbers get noisier)")
     p.add_argument(
@@ -78,7 +90,10 @@ async def run(args: argparse.Namespace, work: Path) -> RunReport:
         profile_dir=args.profile,
         receiver_prefill=args.receiver_status_from_manifest,
     )
-    selected = [name.strip() for name in args.only.split(",") if name.strip()]
+    only = args.only or (
+        "instructions" if args.instructions else ",".join(b for b in BENCHMARKS if b not in OPT_IN)
+    )
+    selected = [name.strip() for name in only.split(",") if name.strip()]
     unknown = [name for name in selected if name not in BENCHMARKS]
     if unknown:
         raise SystemExit(f"unknown benchmark(s): {', '.join(unknown)}")
@@ -87,7 +102,7 @@ async def run(args: argparse.Namespace, work: Path) -> RunReport:
         t0 = time.perf_counter()
         print(f"== {name} ...", flush=True)
         try:
-            async with asyncio.timeout(BENCH_TIME_LIMIT):
+            async with asyncio.timeout(TIME_LIMITS.get(name, BENCH_TIME_LIMIT)):
                 await BENCHMARKS[name](ctx)
         except Skip as exc:
             print(str(exc), flush=True)

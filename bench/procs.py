@@ -239,6 +239,7 @@ class Controller:
         self.manifests = manifests
         self.extra_args = list(extra_args)
         self.env = dict(env or {})
+        self.wrapper: list[str] = []
         self.ports = dict(zip(PORT_NAMES, free_ports(len(PORT_NAMES)), strict=True))
         self.log_path = log_dir / f"controller-{time.monotonic_ns()}.log"
         self.proc: asyncio.subprocess.Process | None = None
@@ -259,6 +260,7 @@ class Controller:
         part for A/B experiments (e.g. a wrapper script that patches something before running it)."""
         override = os.environ.get("NC_BENCH_CONTROLLER_CMD")
         program = shlex.split(override) if override else [sys.executable, "-m", "notification_controller"]
+        program = [*self.wrapper, *program]  # e.g. valgrind (bench/instructions.py)
         manifests = ["--manifests", str(self.manifests)] if self.manifests is not None else []
         return [
             *program,

@@ -166,7 +166,7 @@ def render_spread(runs: Sequence[Sequence[Row]], *, markdown: bool = False) -> s
     for (bench, metric, vs), rows in keyed.items():
         unit = rows[0].unit
 
-        def number(v: float) -> str:
+        def number(v: float, unit: str = unit) -> str:
             return fmt_number(v, "%" if unit == "%" else "")
 
         verdicts = [r.verdict for r in rows]
