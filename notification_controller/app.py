@@ -17,7 +17,7 @@ import contextlib
 import gc
 import logging
 import signal
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -118,6 +118,8 @@ class App:
         self._tasks: list[asyncio.Task[Any]] = []
         self._runners: dict[str, web.AppRunner] = {}
         self._event_server: HTTPServer | None = None
+        self._receiver_server: HTTPServer | None = None
+        self._receiver_close: Callable[[], Awaitable[None]] | None = None
         self._stopping = False
         self._freeze_loaded = False  # serve_forever: freeze the first load's objects at once (_no_gc)
         self._serving = False  # every listener bound: /readyz must not say ready before :9090 answers
@@ -336,10 +338,6 @@ class App:
     async def _serve(self, name: str, app: web.Application, addr: str) -> None:
         # Every listener gets the event server's connection limits (header/idle timeout, see server.events).
         options = event_runner_kwargs(EventServerSettings())
-        if name == "receiver":
-            from .server.receivers import ReceiverServerSettings, runner_kwargs
-
-            options = runner_kwargs(ReceiverServerSettings(), app)  # malformed requests: counted, debug
         runner = web.AppRunner(app, shutdown_timeout=5.0, **options)
         await runner.setup()
         host, port = split_addr(addr)
@@ -385,7 +383,7 @@ class App:
         host, port = split_addr(s.server.events_addr)
         self.ports["events"] = await self._event_server.start(host, port)
         log.info("events server listening on %s", f"{host or '0.0.0.0'}:{self.ports['events']}")
-        await self._serve("receiver", self._receiver_app(), s.server.receiver_addr)
+        await self._serve_receivers(s.server.receiver_addr)
         if ui is not None:  # the web UI (docs/ui.md): off unless --ui-addr
             await self._serve("ui", ui, s.ui.addr)
         self._serving = True
@@ -469,12 +467,13 @@ class App:
 
         return Actions(token=token, replay=replay if state is not None else None, expire_silence=expire)
 
-    def _receiver_app(self) -> web.Application:
+    async def _serve_receivers(self, addr: str) -> None:
+        """The receiver listener: the event listener's HTTP/1.1 layer (server/http1.py), its own handler."""
         # imported here: the receiver server pulls in PyJWT (OIDC), which the event path never needs
-        from .server.receivers import ReceiverServerSettings, create_receiver_app
+        from .server.receivers import ReceiverServerSettings, create_receiver_endpoint
 
         s, r = self.settings, self.settings.receivers
-        return create_receiver_app(
+        endpoint = create_receiver_endpoint(
             self.store,
             self.cluster,
             # the server's limits with the four flags of --receiver-* and --no-cross-namespace-refs
@@ -490,7 +489,13 @@ class App:
             sandbox=self.sandbox,
             http=self.http,  # OIDC discovery goes out the one outbound path (proxies, TLS)
             tracer=self.tracer,
+            cluster_waits=not s.local_mode,  # local mode's cluster answers at once: no task per webhook
         )
+        self._receiver_server = endpoint.server()
+        self._receiver_close = endpoint.close
+        host, port = split_addr(addr)
+        self.ports["receiver"] = await self._receiver_server.start(host, port)
+        log.info("receiver server listening on %s", f"{host or '0.0.0.0'}:{self.ports['receiver']}")
 
     def _controllers(self) -> list[asyncio.Task[Any]]:
         """Local mode: reconcile always. Kubernetes mode: the kube runtime runs them while leading."""
@@ -507,7 +512,13 @@ class App:
         if self._event_server is not None:
             await self._event_server.stop(grace=5.0)
             self._event_server = None
-        for name in ("receiver", "ui"):  # the UI's live streams end here, not after the drain
+        if self._receiver_server is not None:
+            await self._receiver_server.stop(grace=5.0)
+            self._receiver_server = None
+        if self._receiver_close is not None:
+            await self._receiver_close()
+            self._receiver_close = None
+        for name in ("ui",):  # the UI's live streams end here, not after the drain
             runner = self._runners.pop(name, None)
             if runner is not None:
                 await runner.cleanup()

@@ -18,7 +18,7 @@ PING = "diagnostics:ping"
 
 
 async def verify(req: HookRequest, ctx: VerifyContext) -> Verified:
-    payload = check_payload(req, ctx.token, "the Bitbucket server signature header is invalid")
+    payload = check_payload(req, ctx.hmac_key, "the Bitbucket server signature header is invalid")
     event = req.headers.text(EVENT_HEADER)
     delivery = next((d for d in (req.headers.text(h) for h in DELIVERY_HEADERS) if d), None)
     if event == PING:

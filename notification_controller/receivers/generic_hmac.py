@@ -19,7 +19,7 @@ async def verify(req: HookRequest, ctx: VerifyContext) -> Verified:
     try:
         if not ctx.token:
             raise SignatureError("the receiver token is empty")
-        validate_signature(req.headers.single(SIGNATURE_HEADER), req.body, ctx.token)
+        validate_signature(req.headers.single(SIGNATURE_HEADER), req.body, ctx.hmac_key)
     except SignatureError as exc:
         raise VerificationError(f"unable to validate HMAC signature: {exc}") from None
     return Verified(body=req.body)

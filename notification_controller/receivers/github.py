@@ -21,7 +21,7 @@ PING = "ping"
 
 
 async def verify(req: HookRequest, ctx: VerifyContext) -> Verified:
-    payload = check_payload(req, ctx.token, "the GitHub signature header is invalid")
+    payload = check_payload(req, ctx.hmac_key, "the GitHub signature header is invalid")
     event = req.headers.text(EVENT_HEADER)
     delivery = req.headers.text(DELIVERY_HEADER) or None
     if event == PING:

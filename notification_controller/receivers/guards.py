@@ -17,7 +17,6 @@ per replica. Both are harmless (the reconcile annotation is idempotent), and doc
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict
 
 from ..lib.clock import Clock
 from ..lib.tokenbucket import KeyedBuckets, retry_after_header
@@ -51,17 +50,22 @@ class ReplayCache:
         self.ttl = ttl
         self.max_entries = max_entries
         self._clock = clock
-        self._seen: OrderedDict[bytes, float] = OrderedDict()  # digest of key → monotonic time first seen
+        self._seen: dict[bytes, float] = {}  # digest of key → monotonic time first seen, oldest first
+        self._next_expiry = 0.0  # when the oldest entry expires: before then, nothing to look at
 
     def __len__(self) -> int:
         return len(self._seen)
 
     def _expire(self, now: float) -> None:  # entries are in insertion (= time) order
-        while self._seen:
-            key, seen = next(iter(self._seen.items()))
+        seen_ = self._seen
+        while seen_:
+            key = next(iter(seen_))
+            seen = seen_[key]
             if now - seen < self.ttl:
-                break
-            del self._seen[key]
+                self._next_expiry = seen + self.ttl
+                return
+            del seen_[key]
+        self._next_expiry = now + self.ttl
 
     @staticmethod
     def _digest(key: str) -> bytes:
@@ -72,13 +76,14 @@ class ReplayCache:
         if self.ttl <= 0:
             return True
         now = self._clock.monotonic()
-        self._expire(now)
+        if now >= self._next_expiry:
+            self._expire(now)
         digest = self._digest(key)
         if digest in self._seen:
             return False
         self._seen[digest] = now
-        while len(self._seen) > self.max_entries:
-            self._seen.popitem(last=False)
+        if len(self._seen) > self.max_entries:
+            del self._seen[next(iter(self._seen))]
         return True
 
     def release(self, key: str) -> None:

@@ -14,25 +14,21 @@ raw form body) — anything else is refused (checklist B10).
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import re
-from collections.abc import Callable
 from urllib.parse import unquote_to_bytes
 
 from ..errors import ControllerError, VerificationError
 from ..lib.goquote import quote as go_quote
-from .base import HookRequest
+from .base import HMACKey, HookRequest
 
 SHA256_HEADER = "X-Hub-Signature-256"
 SHA1_HEADER = "X-Hub-Signature"
 
-_ALGORITHMS: dict[bytes, Callable[[], hashlib._Hash]] = {
-    b"sha1": hashlib.sha1,
-    b"sha256": hashlib.sha256,
-    b"sha512": hashlib.sha512,
-}
-_LOWER_HEX = re.compile(rb"\A(?:[0-9a-f]{2})*\Z")
+# algorithm prefix → the digest name ``hmac.new`` takes
+_ALGORITHMS: dict[bytes, str] = {b"sha1": "sha1", b"sha256": "sha256", b"sha512": "sha512"}
+_HEX_DIGITS = b"0123456789abcdef"
+_MEDIA_TYPE = re.compile(r"[!#$%&'*+\-.^_`|~0-9a-z]+/[!#$%&'*+\-.^_`|~0-9a-z]+")
 
 
 class SignatureError(ControllerError, ValueError):
@@ -44,30 +40,38 @@ def _show(raw: bytes) -> str:
 
 
 def validate_signature(
-    signature: bytes | None, body: bytes, key: bytes, *, only: bytes | None = None
+    signature: bytes | None, body: bytes, key: bytes | HMACKey, *, only: bytes | None = None
 ) -> None:
-    """Check ``<algo>=<hex>`` against HMAC(key, body). ``only`` restricts the algorithm (the -256 header)."""
+    """Check ``<algo>=<hex>`` against HMAC(key, body). ``only`` restricts the algorithm (the -256 header).
+    ``key`` is the raw token, or the ``HMACKey`` the server prepared for the Receiver (``VerifyContext.hmac_key``)."""
     if not signature:
         raise SignatureError("missing signature")
     algo, sep, hex_mac = signature.partition(b"=")
     if not sep:
         raise SignatureError("error parsing signature: expected <algorithm>=<hex>")
-    factory = _ALGORITHMS.get(algo)
-    if factory is None or (only is not None and algo != only):
+    name = _ALGORITHMS.get(algo)
+    if name is None or (only is not None and algo != only):
         raise SignatureError("unknown hash type prefix")
-    if not _LOWER_HEX.match(hex_mac):
+    if len(hex_mac) % 2 or hex_mac.translate(None, _HEX_DIGITS):  # anything left is not lowercase hex
         raise SignatureError("error decoding signature: not lowercase hex of even length")
-    expected = hmac.new(key, body, factory).hexdigest().encode("ascii")
+    mac = key.mac(name) if isinstance(key, HMACKey) else hmac.new(key, digestmod=name)
+    mac.update(body)
+    expected = mac.hexdigest().encode("ascii")
     if not hmac.compare_digest(hex_mac, expected):
         raise SignatureError("payload signature check failed")
 
 
+_COMMON_MEDIA_TYPES = frozenset({"application/json", "application/x-www-form-urlencoded"})
+
+
 def media_type(value: str) -> str:
     """Go's ``mime.ParseMediaType`` media type (lowercased, parameters dropped); errors as Go words them."""
+    if value in _COMMON_MEDIA_TYPES:  # what senders send: the answer is the value
+        return value
     media = value.split(";", 1)[0].strip().lower()
     if not media:
         raise SignatureError("mime: no media type")
-    if not re.fullmatch(r"[!#$%&'*+\-.^_`|~0-9a-z]+/[!#$%&'*+\-.^_`|~0-9a-z]+", media):
+    if not _MEDIA_TYPE.fullmatch(media):
         raise SignatureError(
             "mime: expected token after slash" if "/" in media else "mime: expected slash after first token"
         )
@@ -97,7 +101,7 @@ def _unescape(raw: bytes) -> bytes:
     return unquote_to_bytes(raw.replace(b"+", b" "))
 
 
-def validate_payload(req: HookRequest, key: bytes) -> bytes:
+def validate_payload(req: HookRequest, key: bytes | HMACKey) -> bytes:
     """go-github ``ValidatePayload``: returns the JSON payload; raises ``SignatureError``.
 
     Pinned: a signature is always required (go-github skips the check when the token is empty and no
@@ -120,13 +124,13 @@ def validate_payload(req: HookRequest, key: bytes) -> bytes:
             payload = values[0]
     else:
         raise SignatureError(f"webhook request has unsupported Content-Type {go_quote(media)}")
-    if not key:
+    if not (key.raw if isinstance(key, HMACKey) else key):
         raise SignatureError("the receiver token is empty")
     validate_signature(signature, req.body, key, only=only)
     return payload
 
 
-def check_payload(req: HookRequest, key: bytes, prefix: str) -> bytes:
+def check_payload(req: HookRequest, key: bytes | HMACKey, prefix: str) -> bytes:
     """``validate_payload`` with errors wrapped as Flux words them (``<prefix>, err: <error>``)."""
     try:
         return validate_payload(req, key)

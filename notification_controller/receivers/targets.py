@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -58,9 +58,12 @@ __all__ = [
     "FilterError",
     "Filters",
     "RequestBodyError",
+    "Resumed",
+    "Target",
     "Trigger",
     "TriggerResult",
     "compile_filters",
+    "on_task",
     "request_value",
 ]
 
@@ -145,6 +148,19 @@ class TriggerResult:
     errors: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True, slots=True)
+class Target:
+    """One ``spec.resources[]`` entry as ``Trigger.plan`` validated it: the reference (``ref.name`` None for
+    a ``*`` + ``matchLabels`` entry), or the error every request reports for it."""
+
+    resource: ReceiverResource
+    namespace: str
+    kind: str
+    api_version: str | None = None
+    ref: ObjectReference | None = None
+    error: str | None = None
+
+
 @dataclass
 class Trigger:
     """Runs the reconcile requests of one webhook call."""
@@ -154,6 +170,14 @@ class Trigger:
     no_cross_namespace_refs: bool = False
     kube_timeout: float = 10.0
     sandbox: SandboxPool | None = None
+    waits: bool = True
+    """The cluster's calls may wait (an API server): each starts on a task. False for local mode's in-memory
+    cluster, whose calls complete at once: then a webhook is answered without a task (``on_task``)."""
+
+    def plan(self, receiver: Receiver) -> tuple[Target, ...]:
+        """Every ``spec.resources[]`` entry validated, once per Receiver version (the server keeps the plan
+        with its prepared hook): what ``run`` does for a request is the lookups and the patches only."""
+        return tuple(self._target(receiver, resource) for resource in receiver.spec.resources)
 
     async def run(
         self,
@@ -162,47 +186,33 @@ class Trigger:
         *,
         req: Mapping[str, Any] | None,
         claims: Mapping[str, Any] | None,
+        plan: Sequence[Target] | None = None,
     ) -> TriggerResult:
         result = TriggerResult()
-        for index, resource in enumerate(receiver.spec.resources):
+        for index, target in enumerate(self.plan(receiver) if plan is None else plan):
             per = filters.per_resource[index] if index < len(filters.per_resource) else None
             try:
-                await self._one(receiver, resource, (filters.top, per), req, claims, result)
+                if target.error is not None:
+                    raise _TargetError(target.error)
+                await self._one(receiver, target, (filters.top, per), req, claims, result)
             except _TargetError as exc:
                 result.errors.append(str(exc))
         return result
 
-    async def _call(self, what: str, coro: Any) -> Any:
-        try:
-            async with asyncio.timeout(self.kube_timeout):
-                return await coro
-        except TimeoutError:
-            raise _TargetError(f"{what} error: timed out after {self.kube_timeout:g}s") from None
-        except KubeError as exc:
-            raise _TargetError(f"{what} error: {exc}") from None
-        except Exception as exc:  # an adapter bug must not stop the other targets
-            log.error("unexpected %s from the Kubernetes adapter", type(exc).__name__, exc_info=exc)
-            raise _TargetError(f"{what} error: unexpected {type(exc).__name__}") from None
-
-    async def _one(
-        self,
-        receiver: Receiver,
-        resource: ReceiverResource,
-        exprs: tuple[Expression | None, Expression | None],
-        req: Mapping[str, Any] | None,
-        claims: Mapping[str, Any] | None,
-        result: TriggerResult,
-    ) -> None:
+    def _target(self, receiver: Receiver, resource: ReceiverResource) -> Target:
+        """One reference checked against the refusal policy (``validate_object_ref``), or its error."""
         namespace = resource.namespace or receiver.metadata.namespace
-        if self.no_cross_namespace_refs and namespace != receiver.metadata.namespace:
-            raise _TargetError("cross-namespace references are not allowed")
         kind = str(resource.kind)
+        if self.no_cross_namespace_refs and namespace != receiver.metadata.namespace:
+            return Target(resource, namespace, kind, error="cross-namespace references are not allowed")
         api_version = resource.api_version or DEFAULT_API_VERSIONS.get(kind)
         if not api_version:
-            raise _TargetError(f'apiVersion must be specified for kind "{kind}"')
+            return Target(resource, namespace, kind, error=f'apiVersion must be specified for kind "{kind}"')
         wildcard = resource.name == "*"
         if wildcard and resource.match_labels is None:
-            raise _TargetError("matchLabels field not set when using wildcard '*' as name")
+            return Target(
+                resource, namespace, kind, error="matchLabels field not set when using wildcard '*' as name"
+            )
         try:
             ref = validate_object_ref(
                 api_version, kind, namespace, None if wildcard else resource.name, use=Use.TARGET
@@ -210,13 +220,61 @@ class Trigger:
             if resource.match_labels:
                 label_selector(resource.match_labels)
         except InvalidReference as exc:
-            raise _TargetError(f"invalid resource reference: {exc}") from None
+            return Target(resource, namespace, kind, error=f"invalid resource reference: {exc}")
+        return Target(resource, namespace, kind, api_version, ref)
 
+    async def _call(self, coro: Coroutine[Any, Any, Any], what: str, *args: object) -> Any:
+        """Await one Kubernetes call within ``kube_timeout``; an error names it (``what % args``, formatted
+        only then).
+
+        The call runs to its first wait before the timer is armed: a call that never waits (local mode's
+        cluster, an answer already cached) costs no timer (two per target were a tenth of a webhook's CPU),
+        and one that waits is bounded from then on, which is all the waiting it does."""
+        try:
+            if self.waits:
+                await on_task()  # an API client's own timers need one from its first step
+            try:
+                first = coro.send(None)
+            except StopIteration as done:
+                return done.value
+            await on_task()  # it waits: the timer needs the task
+            async with asyncio.timeout(self.kube_timeout):
+                return await Resumed(coro, first)
+        except TimeoutError:
+            what = what % args
+            raise _TargetError(f"{what} error: timed out after {self.kube_timeout:g}s") from None
+        except KubeError as exc:
+            raise _TargetError(f"{what % args} error: {exc}") from None
+        except Exception as exc:  # an adapter bug must not stop the other targets
+            what = what % args
+            log.error("unexpected %s from the Kubernetes adapter", type(exc).__name__, exc_info=exc)
+            raise _TargetError(f"{what} error: unexpected {type(exc).__name__}") from None
+
+    async def _one(
+        self,
+        receiver: Receiver,
+        target: Target,
+        exprs: tuple[Expression | None, Expression | None],
+        req: Mapping[str, Any] | None,
+        claims: Mapping[str, Any] | None,
+        result: TriggerResult,
+    ) -> None:
+        resource, namespace, kind, api_version, ref = (
+            target.resource,
+            target.namespace,
+            target.kind,
+            target.api_version,
+            target.ref,
+        )
+        assert ref is not None and api_version is not None  # a target without error is validated
+        wildcard = ref.name is None
         if wildcard:
             assert resource.match_labels is not None
             items = await self._call(
-                f'failed listing resources in namespace "{namespace}" by matching labels {resource.match_labels}',
                 self.cluster.list_metadata(api_version, kind, namespace, resource.match_labels),
+                'failed listing resources in namespace "%s" by matching labels %s',
+                namespace,
+                resource.match_labels,
             )
             if not items:
                 log.info(
@@ -237,8 +295,11 @@ class Trigger:
             return
         assert ref.name is not None
         obj = await self._call(
-            f'unable to read {kind} "{namespace}/{resource.name}"',
             self.cluster.get_metadata(api_version, kind, namespace, ref.name),
+            'unable to read %s "%s/%s"',
+            kind,
+            namespace,
+            resource.name,
         )
         if _answer_name(obj, ref) != ref.name:
             raise _TargetError(f'unable to read {kind} "{namespace}/{ref.name}": unexpected object in answer')
@@ -258,7 +319,7 @@ class Trigger:
         """Filter and annotate one object (``name`` validated, in ``ref``'s namespace)."""
         kind, ns = ref.kind, ref.namespace
         label = f"{kind}/{name}.{ns}"
-        if any(e is not None for e in exprs):
+        if exprs[0] is not None or exprs[1] is not None:
             from ..core.cel import CELError  # loaded already: the expressions were compiled with it
             from ..sandbox import SandboxFailure
 
@@ -272,6 +333,7 @@ class Trigger:
                     if self.sandbox is None:
                         accepted = expr.evaluate_bool(activation)
                     else:
+                        await on_task()
                         accepted = await self.sandbox.cel(
                             expr, activation, namespace=receiver.metadata.namespace, kind="receiver_filter"
                         )
@@ -292,8 +354,12 @@ class Trigger:
                     return
         value = go_time_string(self.clock.now(), self.clock.monotonic())
         await self._call(
-            f"failed to annotate resource: '{label}': unable to annotate {kind} \"{ns}/{name}\"",
             self.cluster.annotate(ref.api_version, kind, ns, name, {RECONCILE_REQUEST_ANNOTATION: value}),
+            "failed to annotate resource: '%s': unable to annotate %s \"%s/%s\"",
+            label,
+            kind,
+            ns,
+            name,
         )
         log.info(
             "receiver %s/%s: resource '%s' annotated",
@@ -330,3 +396,43 @@ def _listed_name(obj: Mapping[str, Any], ref: ObjectReference) -> str | None:
 
 class _TargetError(Exception):
     pass
+
+
+async def on_task() -> None:
+    """Go on running on a task. The receiver endpoint runs a webhook's coroutine without one until it first
+    yields (most never do: every check, and local mode's cluster, complete at once), then hands the rest to a
+    task (``Resumed``). Code that needs a task (``asyncio.timeout``, an HTTP client's timers) or does I/O calls
+    this first: outside a task it yields once, which is where the endpoint makes one; on a task it is free."""
+    if asyncio.current_task() is None:
+        await asyncio.sleep(0)
+
+
+class Resumed:
+    """Awaits a coroutine that already ran to its first suspension, where it yielded ``first``: what it yields
+    goes to the task, what the task sends or throws (a result, a cancellation) goes back in. How a call that
+    was started without a task (``Trigger._call``, the receiver endpoint) goes on on one."""
+
+    __slots__ = ("_coro", "_first")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], first: Any) -> None:
+        self._coro = coro
+        self._first = first
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro, value = self._coro, self._first
+        while True:
+            try:
+                sent = yield value
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:  # a cancellation or an error thrown in by the task
+                try:
+                    value = coro.throw(exc)
+                except StopIteration as done:
+                    return done.value
+                continue
+            try:
+                value = coro.send(sent)
+            except StopIteration as done:
+                return done.value

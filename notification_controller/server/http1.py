@@ -3,8 +3,8 @@
 Why not aiohttp's server here: the event endpoint answers one POST with a few bytes, thousands of times a
 second, and aiohttp's request machinery (router, ``Request``/``Response`` objects, header multidicts, a task
 per request, the writer) cost ~45 µs of CPU per request on the bench machine, against ~12 µs for a protocol
-that parses with llhttp and writes the answer itself (issue 17, ``python -m bench``). The receiver, health and
-metrics servers stay on aiohttp: they are not hot, and the receiver needs its router.
+that parses with llhttp and writes the answer itself (issue 17, ``python -m bench``). The receiver listener
+(``server/receivers.py``) is served by it too since issue 29; the health and metrics servers stay on aiohttp.
 
 What it does, and only this:
 
@@ -74,7 +74,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from email.utils import formatdate
 from http import HTTPStatus
@@ -108,6 +108,8 @@ class Request:
     version: str
     keep_alive: bool
     body: bytes = b""
+    target: bytes = b""
+    """The raw request-target (path and query, undecoded): the receiver matches it whole (a hook path)."""
 
     def header(self, name: str) -> str | None:
         """The last value of a header (latin-1, as HTTP/1.1 defines octets), or None."""
@@ -391,6 +393,8 @@ class Connection(asyncio.Protocol):
             self._headers,
             version,
             parser.should_keep_alive(),
+            b"",
+            self._url,
         )
         self._head = request
         self._state = _BODY
@@ -605,6 +609,8 @@ class Connection(asyncio.Protocol):
             response = (
                 _BAD_REQUEST if status == 400 else Response.text(status, f"{HTTPStatus(status).phrase}\n")
             )
+            if self._server.on_malformed is not None:
+                self._server.on_malformed(status)
         if self._task is not None or self._ready:  # earlier pipelined requests are answered first
             self._final = response
             self._state = _IDLE_HANDLING  # no body timer; nothing more is read
@@ -748,8 +754,13 @@ class Connection(asyncio.Protocol):
 class HTTPServer:
     """Serves ``handler`` on one address; ``start`` binds, ``stop`` shuts down gracefully."""
 
-    def __init__(self, handler: Handler, limits: ServerLimits) -> None:
+    def __init__(
+        self, handler: Handler, limits: ServerLimits, *, on_malformed: Callable[[int], None] | None = None
+    ) -> None:
         self.handler = handler
+        # told the status of a request refused before its head was complete (a bad request line or header,
+        # a head over the limits): the receiver counts them (handlers see only requests with a head)
+        self.on_malformed = on_malformed
         self.limits = limits
         self.connections: set[Connection] = set()
         self.detached: set[asyncio.Task[Response]] = set()  # answers whose client left, still being made

@@ -2,8 +2,10 @@
 
 Order of checks (Flux's, plus the hardening marked *), one status code each, always an empty body:
 
-1. body read with the 3 MiB cap, enforced while streaming (chunked bodies and ``Content-Encoding: gzip``
-   bombs included: the cap counts decompressed bytes and stops reading) → **413**; read error or timeout → 400;
+1. body read with the 3 MiB cap (the HTTP layer: at once when ``Content-Length`` says more, while streaming
+   for a chunked body) → **413**; a ``Content-Encoding: gzip``/``deflate`` body is decompressed here with the
+   same cap on the decompressed bytes, stopping there (a gzip bomb is never inflated past it) → **413**; a
+   body that does not decompress, or does not arrive within ``body_read_timeout`` → 400;
 2. *object cache not synced yet → 503 (Flux's cache blocks; a 404 here would make GitLab count failures);
 3. lookup of the raw request-target (path AND query string) in the ``status.webhookPath`` index → **404**;
    *and the path recomputed from the Secret as the store holds it now (``registry.path_is_current``): a path
@@ -19,20 +21,31 @@ Order of checks (Flux's, plus the hardening marked *), one status code each, alw
 10. filters compiled (bad CEL → 500), ``req`` parsed (*not JSON → 400, Flux 500), every target processed →
     any failure **500** (the Kubernetes error goes to the log only), else **200**.
 
+The HTTP/1.1 layer is the event listener's (``server/http1.py``, llhttp): the same parser limits (a header
+line over 8190 bytes or more than 128 headers → 431, an over-long request line → 414), the same slow-client
+timers (a request head within ``keepalive_timeout`` of the accept or the previous answer, the body within
+``body_read_timeout``, ``lingering_time`` after an answer that closes), bounded pipelining and a client that
+does not read its answers closed after ``write_timeout``. It replaced aiohttp here in issue 29 (item 5): aiohttp's
+router, request and response objects and the task per request were most of the CPU of a valid webhook (a
+signed GitHub push: 952k instructions per request against 357k for a bare aiohttp server, 2.67×; see
+``ReceiverEndpoint``). A request the parser refuses before its head is complete (a bad request line or
+header) is answered 400 by the layer itself, counted as ``notification_receiver_requests_total{type=
+"unknown",outcome="malformed"}`` and logged at debug only, without the path: anyone who reaches the port
+must not be able to fill the log at error level (issue 23 item 17). The layer never logs a path either.
+
+A webhook is one request in, one answer out, with what can be known before it computed once per Receiver
+version (``Hook``): its lookup key, the current-path check, its verifier, verify context, compiled filters,
+validated targets and metric children are made on the first request after the Receiver or its Secret
+changed, not per request. Everything up to the trigger runs without a task for the types whose verifier
+does no I/O (all but generic-oidc and gcr): a refusal, a ping or a replay costs no task; the targets are
+patched on one.
+
 The webhook path is a credential: it is never logged above debug, nor used as a metric label; logs name the
 Receiver and the first 8 hex characters of the digest (``core.webhook.path_digest_prefix``).
 
-Tracing (``--otlp-endpoint``, docs/tracing.md): with it, the handler is ``traced_handle``: each request is
-a server span continuing the sender's W3C ``traceparent``, with the receiver type, the Receiver
-(``namespace/name``, once the path named one), the outcome (the metric's label) and the status — never the
-path, a header or the body.
-
-Malformed HTTP (a bad chunk size, ``Content-Length`` with ``Transfer-Encoding``, a bad header line) is
-answered 400 by aiohttp's parser before any handler runs, and aiohttp logs it with ``logger.exception``:
-anyone who reaches the port could fill the log at error level and page the operator. The runner is given
-``ProtocolErrorLog`` as its logger: such client mistakes are logged at debug only (path redacted) and
-counted as ``notification_receiver_requests_total{type="unknown",outcome="malformed"}``; anything else
-aiohttp reports (a bug) stays an error with its traceback.
+Tracing (``--otlp-endpoint``, docs/tracing.md): each request is a server span continuing the sender's W3C
+``traceparent``, with the receiver type, the Receiver (``namespace/name``, once the path named one), the
+outcome (the metric's label) and the status — never the path, a header or the body.
 """
 
 from __future__ import annotations
@@ -41,45 +54,58 @@ import asyncio
 import contextlib
 import logging
 import re
-import sys
 import time
-from collections.abc import Awaitable, Callable
+import zlib
+from collections.abc import Awaitable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiohttp import web
-from aiohttp.http_exceptions import HttpProcessingError
 from prometheus_client import CollectorRegistry
 
+from ..api.common import Secret
 from ..api.receiver import Receiver
 from ..core.conditions import is_ready
 from ..core.webhook import HOOK_PREFIX, path_digest_prefix
 from ..errors import StoreError, VerificationError
 from ..lib.clock import Clock, SystemClock
 from ..lib.promdefs import DEFAULT_BUCKETS, counter, histogram, http_server_metrics
-from ..objects.base import Cluster, ObjectStore
+from ..objects.base import Change, Cluster, ObjectStore
 from ..outbound import OutboundHTTP
 from ..receivers import registry
-from ..receivers.base import GCRSettings, HookRequest, RawHeaders, VerifyContext
+from ..receivers.base import GCRSettings, HookRequest, RawHeaders, Verified, Verifier, VerifyContext
 from ..receivers.guards import ReceiverRateLimit, ReplayCache, SharedReplays
 from ..receivers.oidc import OIDCClient
-from ..receivers.targets import FilterError, RequestBodyError, Trigger, compile_filters, request_value
+from ..receivers.targets import (
+    FilterError,
+    Filters,
+    RequestBodyError,
+    Resumed,
+    Target,
+    Trigger,
+    compile_filters,
+    on_task,
+    request_value,
+)
 from ..sandbox import SandboxPool
 from ..settings import EventSettings, ReceiverSettings
 from ..store.base import Store
-from ..tracing import CURRENT, NOOP, SpanKind, Tracer, current
+from ..tracing import CURRENT, NOOP, Span, SpanKind, Tracer, current
+from .http1 import HTTPServer, Request, Response, ServerLimits
 
 log = logging.getLogger(__name__)
 
 MAX_BODY = 3 * 1024 * 1024
 HANDLER_LABEL = "/hook/"
+_HOOK_PREFIX = HOOK_PREFIX.encode("ascii")
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "CONNECT", "TRACE"})
+CLIENT_CLOSED = 499  # metric code of a request whose client went away before its body (nginx's convention)
+_ENCODING = b"content-encoding"
 
 
 @dataclass(frozen=True)
 class ReceiverServerSettings:
     no_cross_namespace_refs: bool = EventSettings.no_cross_namespace_refs  # flag defaults: settings.py
-    body_limit: int = MAX_BODY
+    body_limit: int = MAX_BODY  # raw and decompressed
     body_read_timeout: float = 30.0  # whole body (Flux: ReadTimeout 30 s)
     replay_ttl: float = ReceiverSettings.replay_ttl  # 0 disables replay protection
     replay_max_entries: int = 100_000
@@ -89,136 +115,33 @@ class ReceiverServerSettings:
     oidc_cache_ttl: float = 300.0
     oidc_timeout: float = 10.0
     gcr: GCRSettings = field(default_factory=GCRSettings)
-    # Connection-level limits belong to the runner (see ``runner_kwargs``): header line/field sizes and
-    # count (aiohttp answers 400 beyond them). aiohttp has no separate header-read timeout, but its keep-alive
-    # timer is armed when a connection is accepted and after each response, and closes the connection if no
-    # complete request head arrived: it is our header timeout (Flux: ReadHeaderTimeout 10 s) and the idle
-    # timeout of keep-alive connections (aiohttp's default is ~1 h). See tests/adversarial/test_ingest_fuzz.py.
+    # The connection's limits (server/http1.py): a header line over ``max_line_size`` or more than
+    # ``max_headers`` → 431; a complete request head within ``keepalive_timeout`` of the accept or of the
+    # previous answer (Flux: ReadHeaderTimeout 10 s; also the idle timeout of keep-alive connections), else the
+    # connection is closed. See tests/adversarial/test_ingest_fuzz.py and test_receiver_listener.py.
     max_line_size: int = 8190
-    max_field_size: int = 8190
     max_headers: int = 128
     keepalive_timeout: float = 10.0
     lingering_time: float = 2.0  # after an answer to an unread body (413, timeout): discard, then close
     rejection_logs_per_minute: int = 30  # per Receiver; the rest are counted and summarised
+
+    def limits(self) -> ServerLimits:
+        return ServerLimits(
+            max_body=self.body_limit,
+            header_timeout=self.keepalive_timeout,
+            body_timeout=self.body_read_timeout,
+            lingering_time=self.lingering_time,
+            max_line=self.max_line_size,
+            max_headers=self.max_headers,
+        )
 
 
 _HOOK_PATH_RE = re.compile(r"/hook/([0-9A-Fa-f]{8})[0-9A-Fa-f]*[^\s\"']*")
 
 
 def redact_hook_paths(text: str) -> str:
-    """``/hook/<64 hex>[?query]`` → ``/hook/<first 8>…`` in any text (access lines, parser errors)."""
+    """``/hook/<64 hex>[?query]`` → ``/hook/<first 8>…`` in any text."""
     return _HOOK_PATH_RE.sub(lambda m: f"/hook/{m.group(1)}…", text)
-
-
-class HookPathFilter(logging.Filter):
-    """Keeps webhook paths out of aiohttp's own logs (checklist F2, B8).
-
-    aiohttp's access log and its parser errors (``Error handling request`` with a traceback quoting the
-    request line) print the raw path, which is the receiver's credential. This filter rewrites such records
-    with the path reduced to its 8-character prefix; client protocol errors (a malformed request, a body
-    that cannot be decoded, found while aiohttp drains an unread body) that reach these loggers (a runner
-    without ``ProtocolErrorLog``) lose their traceback, become DEBUG (dropped unless the logger is enabled
-    for debug: never an error, which Flux's levels would print a WARNING as), and are limited to ``burst``
-    per ``window`` seconds so a flood cannot spam the log.
-    """
-
-    def __init__(self, *, burst: int = 10, window: float = 60.0) -> None:
-        super().__init__()
-        self.burst = burst
-        self.window = window
-        self._window_start = 0.0
-        self._count = 0
-        self.suppressed = 0
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        try:
-            message = record.getMessage()
-        except (TypeError, ValueError):
-            message = str(record.msg)
-        exc = record.exc_info[1] if record.exc_info else None
-        if isinstance(exc, HttpProcessingError | web.RequestPayloadError):
-            if not logging.getLogger(record.name).isEnabledFor(logging.DEBUG):
-                return False  # the record was made at ERROR; as a client mistake it is debug only
-            now = time.monotonic()
-            if now - self._window_start > self.window:
-                self._window_start, self._count = now, 0
-            self._count += 1
-            if self._count > self.burst:
-                self.suppressed += 1
-                return False
-            detail = exc.message if isinstance(exc, HttpProcessingError) else str(exc)
-            message = f"{message}: {type(exc).__name__}: {detail}"
-            record.exc_info = None
-            record.exc_text = None
-            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
-        elif record.exc_info:
-            record.exc_text = redact_hook_paths(logging.Formatter().formatException(record.exc_info))
-            record.exc_info = None
-        record.msg = redact_hook_paths(message)
-        record.args = None
-        return True
-
-
-_AIOHTTP_LOGGERS = ("aiohttp.access", "aiohttp.server", "aiohttp.web")
-
-
-def install_log_filters() -> None:
-    """Attach ``HookPathFilter`` to aiohttp's loggers (idempotent)."""
-    for name in _AIOHTTP_LOGGERS:
-        logger = logging.getLogger(name)
-        if not any(isinstance(f, HookPathFilter) for f in logger.filters):
-            logger.addFilter(HookPathFilter())
-
-
-class ProtocolErrorLog:
-    """The logger of aiohttp's request handler on the receiver port (``runner_kwargs(settings, app)``).
-
-    aiohttp calls ``exception()`` for what its parser refused (``HttpProcessingError``: bad chunk size,
-    ``Content-Length`` with ``Transfer-Encoding``, bad header...) and for a body that fails while it drains
-    it (``RequestPayloadError``): client mistakes, counted and logged at debug without traceback. Every
-    other ``exception()`` is a server-side failure and keeps aiohttp's error with traceback. Everything
-    else is passed to the wrapped logger (``aiohttp.server``, whose ``HookPathFilter`` redacts paths).
-    """
-
-    def __init__(self, metrics: ReceiverMetrics, logger: logging.Logger | None = None) -> None:
-        self._logger = logger or logging.getLogger("aiohttp.server")
-        self._malformed = metrics.requests.labels("unknown", "malformed")
-
-    def debug(self, msg: object, *args: object, **kwargs: Any) -> None:
-        self._logger.debug(msg, *args, **kwargs)
-
-    def exception(self, msg: object, *args: object, exc_info: Any = True, **kwargs: Any) -> None:
-        exc = exc_info if isinstance(exc_info, BaseException) else sys.exc_info()[1]
-        if not isinstance(exc, HttpProcessingError | web.RequestPayloadError):
-            self._logger.exception(msg, *args, exc_info=exc_info, **kwargs)
-            return
-        self._malformed.inc()
-        if self._logger.isEnabledFor(logging.DEBUG):
-            detail = exc.message if isinstance(exc, HttpProcessingError) else str(exc)
-            self._logger.debug(
-                "malformed request answered 400: %s: %s", type(exc).__name__, redact_hook_paths(str(detail))
-            )
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._logger, name)
-
-
-def runner_kwargs(settings: ReceiverServerSettings, app: web.Application | None = None) -> dict[str, Any]:
-    """Keyword arguments for ``web.AppRunner`` serving this app (no access log: it would print paths).
-    With the receiver ``app``, its malformed requests are counted and logged at debug (``ProtocolErrorLog``)."""
-    extra: dict[str, Any] = {}
-    if app is not None and SERVER_KEY in app:
-        extra["logger"] = ProtocolErrorLog(app[SERVER_KEY].metrics)
-    return {
-        **extra,
-        "access_log": None,
-        "handler_cancellation": True,
-        "max_line_size": settings.max_line_size,
-        "max_field_size": settings.max_field_size,
-        "max_headers": settings.max_headers,
-        "keepalive_timeout": settings.keepalive_timeout,
-        "lingering_time": settings.lingering_time,
-    }
 
 
 class ReceiverMetrics:
@@ -244,15 +167,6 @@ class ReceiverMetrics:
         )
 
 
-@dataclass
-class _Answer:
-    status: int
-    outcome: str
-    type: str = "unknown"
-    headers: dict[str, str] = field(default_factory=dict)
-    close: bool = False
-
-
 class _LogBudget:
     """At most ``per_minute`` rejection logs per Receiver; the suppressed ones are counted in the next log."""
 
@@ -276,16 +190,82 @@ class _LogBudget:
         return False, 0
 
 
-class _TooLarge(Exception):
-    pass
+class BodyTooLarge(Exception):
+    """The body is over the cap once decompressed (413)."""
 
 
-class _ReadFailed(Exception):
-    pass
+class UndecodableBody(Exception):
+    """The body does not decompress (400)."""
 
 
-class ReceiverServer:
-    """The state of one receiver app: caches, limiter, replay store, OIDC client. Owned by the app."""
+def decode_body(body: bytes, encoding: bytes, limit: int) -> bytes:
+    """The body of a request with ``Content-Encoding: encoding``, at most ``limit`` bytes once decompressed.
+
+    As aiohttp's server did before (issue 29 kept its behaviour): ``gzip`` (concatenated members too) and
+    ``deflate`` (zlib-wrapped, or raw as some clients send it) are decompressed, and the signature is checked
+    over the result; ``br`` and ``zstd`` cannot be decoded here → ``UndecodableBody`` (400); any other value is
+    left alone. Decompression stops ``limit`` bytes in (``BodyTooLarge``, 413): a 50 KB gzip of 50 MiB of zeros
+    costs 3 MiB of output at most. A truncated stream is ``UndecodableBody``.
+    """
+    coding = encoding.strip().lower()
+    if coding == b"gzip":
+        wbits = 16 + zlib.MAX_WBITS
+    elif coding == b"deflate":
+        wbits = zlib.MAX_WBITS if body[:1] and body[0] & 0x0F == 8 else -zlib.MAX_WBITS
+    elif coding in (b"br", b"zstd"):
+        raise UndecodableBody(f"content-encoding {coding.decode('latin-1')} is not supported")
+    else:
+        return body
+    out: list[bytes] = []
+    size = 0
+    data = body
+    try:
+        while True:
+            inflater = zlib.decompressobj(wbits)
+            chunk = inflater.decompress(data, limit - size + 1)
+            size += len(chunk)
+            if size > limit:
+                raise BodyTooLarge
+            out.append(chunk)
+            if not inflater.eof:
+                if inflater.unconsumed_tail:  # more output than the room left
+                    raise BodyTooLarge
+                raise UndecodableBody("truncated compressed body")
+            data = inflater.unused_data
+            if not data or wbits != 16 + zlib.MAX_WBITS:
+                break
+    except zlib.error as exc:
+        raise UndecodableBody(str(exc)) from None
+    return b"".join(out)
+
+
+@dataclass(slots=True, eq=False)
+class Hook:
+    """One Receiver as its webhook requests need it, prepared once per version of the Receiver and its Secret
+    (``ReceiverEndpoint.hook``): what a request does is the checks that depend on the request."""
+
+    receiver: Receiver
+    secret: Secret | None
+    secret_key: tuple[str, str] | None  # where ``secret`` is read from (None: the type reads none)
+    current: bool  # the path is the one the current Secret gives (``registry.path_is_current``)
+    rtype: str
+    who: str  # namespace/name, for logs and keys
+    digest: str  # the path's 8-character prefix, for logs
+    ready: bool
+    suspended: bool
+    awaits: bool  # the verifier does I/O (run on a task)
+    verifier: Verifier
+    context: VerifyContext
+    token_error: VerificationError | None  # the Secret or its token is missing (Flux's 400 message)
+    filters: Filters | FilterError
+    plan: tuple[Target, ...]
+    outcomes: dict[str, Any]  # outcome → notification_receiver_requests_total child
+    patch_duration: Any
+
+
+class ReceiverEndpoint:
+    """The receiver listener's handler (``server/http1.py``'s ``Handler``): caches, limiter, replay store,
+    OIDC client and the prepared hooks. Owned by the app."""
 
     def __init__(
         self,
@@ -299,6 +279,8 @@ class ReceiverServer:
         http: OutboundHTTP | None = None,
         sandbox: SandboxPool | None = None,
         tracer: Tracer = NOOP,
+        *,
+        cluster_waits: bool = True,
     ) -> None:
         self.tracer = tracer
         self.tracing = tracer.enabled
@@ -306,9 +288,10 @@ class ReceiverServer:
         self.store = store
         self.settings = settings
         self.metrics = metrics
-        self._inflight = metrics.http_inflight.labels(service="", handler=HANDLER_LABEL)
-        self._children: dict[tuple[Any, ...], Any] = {}
         self.clock = clock
+        self._inflight = metrics.http_inflight.labels(service="", handler=HANDLER_LABEL)
+        self._observed: dict[tuple[str, int], Any] = {}
+        self._unknown: dict[str, Any] = {}
         self.limiter = ReceiverRateLimit(settings.rate_limit, settings.rate_burst, clock)
         self.replays = ReplayCache(settings.replay_ttl, clock, max_entries=settings.replay_max_entries)
         # with a durable state store the window is shared by every replica (docs/delivery.md)
@@ -323,195 +306,370 @@ class ReceiverServer:
             no_cross_namespace_refs=settings.no_cross_namespace_refs,
             kube_timeout=settings.kube_timeout,
             sandbox=sandbox,
+            waits=cluster_waits,
         )
+        # webhook path → its prepared Hook; an entry goes when its Receiver changes or goes (bounded by the
+        # Receivers with a path), and is checked against the store's objects on every request
+        self._hooks: dict[str, Hook] = {}
+        self._unsubscribe = store.subscribe(self._on_change)
+
+    def server(self) -> HTTPServer:
+        """The receiver listener (not yet listening: ``await server.start(host, port)``)."""
+        return HTTPServer(self, self.settings.limits(), on_malformed=self.malformed)
 
     async def close(self) -> None:
+        self._unsubscribe()
+        self._hooks.clear()
         await self.oidc.close()
 
-    # ---- HTTP -------------------------------------------------------------------------------------
-    async def handle(self, request: web.Request) -> web.StreamResponse:
-        if not request.path.startswith(HOOK_PREFIX):
-            return web.Response(status=404)
-        method = request.method if request.method in _METHODS else "OTHER"
+    # ---- prepared hooks -----------------------------------------------------------------------------------
+    def _on_change(self, change: Change) -> None:
+        if change.kind != "Receiver":
+            return  # a Secret's change is seen by the identity check in ``hook``
+        for obj in (change.old, change.obj):
+            if isinstance(obj, Receiver) and obj.status.webhook_path:
+                self._hooks.pop(obj.status.webhook_path, None)
+
+    def hook(self, path: str) -> Hook | None:
+        """The prepared hook of ``path``, None when no Receiver has it. Rebuilt when the Receiver or its
+        Secret is not the object it was prepared from (the store replaces objects, never changes them)."""
+        store = self.store
+        receiver = store.receiver_by_path(path)
+        if receiver is None:
+            return None
+        hook = self._hooks.get(path)
+        if hook is not None and hook.receiver is receiver:
+            key = hook.secret_key
+            if (store.secret(*key) if key is not None else None) is hook.secret:
+                return hook
+        hook = self._hooks[path] = self._prepare(path, receiver)
+        return hook
+
+    def _prepare(self, path: str, receiver: Receiver) -> Hook:
+        meta, spec = receiver.metadata, receiver.spec
+        record = registry.record(spec.type)
+        secret = registry.read_secret(receiver, self.store)
+        ref = spec.secret_ref
+        secret_key = (meta.namespace, ref.name) if ref is not None and record.needs_secret else None
+        token_error: VerificationError | None = None
+        try:
+            registry.secret_token(receiver, secret)
+        except registry.TokenUnavailable as exc:
+            token_error = exc
+        rtype = str(spec.type)
+        filters: Filters | FilterError
+        try:
+            filters = compile_filters(receiver, record.filter_variables)
+        except FilterError as exc:
+            filters = exc
+        requests = self.metrics.requests
+        return Hook(
+            receiver=receiver,
+            secret=secret,
+            secret_key=secret_key,
+            current=registry.path_is_current(path, receiver, secret),
+            rtype=rtype,
+            who=f"{meta.namespace}/{meta.name}",
+            digest=path_digest_prefix(path),
+            ready=is_ready(receiver.status.conditions),
+            suspended=bool(spec.suspend),
+            awaits=record.awaits,
+            verifier=record.verify.load(),
+            context=VerifyContext(
+                receiver=receiver,
+                secret=secret,
+                clock=self.clock,
+                oidc=self.oidc,
+                gcr=self.settings.gcr,
+                sandbox=self.sandbox,
+            ),
+            token_error=token_error,
+            filters=filters,
+            plan=self.trigger.plan(receiver),
+            outcomes={outcome: requests.labels(rtype, outcome) for outcome in ("accepted", "replayed")},
+            patch_duration=self.metrics.patch_duration.labels(type=rtype),
+        )
+
+    # ---- the HTTP layer's Handler -------------------------------------------------------------------------
+    def __call__(self, request: Request) -> Response | Coroutine[Any, Any, Response]:
+        if self.tracing:
+            return self._traced(request)
+        return self._handle(request)
+
+    def _handle(self, request: Request) -> Response | Coroutine[Any, Any, Response]:
+        if not request.target.startswith(_HOOK_PREFIX):
+            return Response(404)  # not a hook: not counted (as under aiohttp)
+        start = time.perf_counter()
+        try:
+            result = self._process(request)
+        except Exception:  # a bug: answer 500 with an empty body, never leak a traceback to the sender
+            log.exception("hook %s: unexpected error", _digest(request))
+            result = self._answer(None, 500, "error")
+        if not isinstance(result, Response):
+            # the trigger: run here until it first waits (in local mode it never does), the rest on a task
+            try:
+                first = result.send(None)
+            except StopIteration as done:
+                result = done.value
+            except Exception:
+                log.exception("hook %s: unexpected error", _digest(request))
+                result = self._answer(None, 500, "error")
+            else:
+                return self._finish(request, Resumed(result, first), start)
+        # answered without yielding to the loop: no scrape can see it in flight, so the gauge is not moved
+        self._observe(request.method, result.status, start)
+        return result
+
+    async def _finish(self, request: Request, pending: Awaitable[Response], start: float) -> Response:
         inflight = self._inflight
         inflight.inc()
-        start = time.perf_counter()
         status = 500
         try:
             try:
-                answer = await self._process(request)
-            except Exception:  # a bug: answer 500 with an empty body, never leak a traceback to the sender
-                log.exception("hook %s: unexpected error", path_digest_prefix(request.raw_path))
-                answer = _Answer(500, "error")
-            status = answer.status
-            self._child(self.metrics.requests, answer.type, answer.outcome).inc()
-            if self.tracing:
-                span = current()
-                span.set("notification.receiver.type", answer.type)
-                span.set("notification.receiver.outcome", answer.outcome)
-            response = web.Response(status=answer.status, headers=answer.headers)
-            if answer.close:
-                response.force_close()
+                response = await pending
+            except Exception:
+                log.exception("hook %s: unexpected error", _digest(request))
+                response = self._answer(None, 500, "error")
+            status = response.status
             return response
+        except asyncio.CancelledError:  # the answer was given up (shutdown, or too many left by their client)
+            status = CLIENT_CLOSED
+            raise
         finally:
             inflight.dec()
-            self._child(self.metrics.http_duration, "", HANDLER_LABEL, method, str(status)).observe(
-                time.perf_counter() - start
-            )
+            self._observe(request.method, status, start)
 
-    async def traced_handle(self, request: web.Request) -> web.StreamResponse:
-        """``handle`` in a server span (see the module docstring)."""
+    def _traced(self, request: Request) -> Response | Coroutine[Any, Any, Response]:
+        """``_handle`` in a server span (see the module docstring)."""
         method = request.method if request.method in _METHODS else "OTHER"
         span = self.tracer.start(
             f"{method} {HOOK_PREFIX}",
-            parent=request.headers.get("traceparent"),
+            parent=request.header("traceparent"),
             kind=SpanKind.SERVER,
             attributes={"http.request.method": method},
         )
         token = CURRENT.set(span)
-        status = 500
         try:
-            response = await self.handle(request)
-            status = response.status
-            return response
+            result = self._handle(request)
+        except BaseException as exc:
+            span.fail(type(exc).__name__)
+            span.end()
+            raise
         finally:
             CURRENT.reset(token)
-            span.set("http.response.status_code", status)
-            if status >= 500:
-                span.fail(str(status))
-            span.end()
+        if isinstance(result, Response):
+            _answered(span, result.status)
+            return result
+        return self._traced_finish(result, span)
 
-    def _child(self, metric: Any, *labels: str) -> Any:
-        """Cached metric children (``labels()`` was a sixth of the handler's time); label sets are bounded."""
-        key = (id(metric), *labels)
-        child = self._children.get(key)
+    @staticmethod
+    async def _traced_finish(pending: Coroutine[Any, Any, Response], span: Span) -> Response:
+        token = CURRENT.set(span)  # this task's context: the verification and the trigger are in the trace
+        status = 500
+        try:
+            response = await pending
+            status = response.status
+            return response
+        except asyncio.CancelledError:
+            status = CLIENT_CLOSED
+            raise
+        finally:
+            CURRENT.reset(token)
+            _answered(span, status)
+
+    def refused(self, request: Request, status: int) -> Response:
+        """Answers the HTTP layer gives itself once a head was parsed: 413 (body over the cap), 400 (a bad
+        chunk, a body too slow, Host missing or repeated, ambiguous framing), 417, 501; 499 when the client
+        left before its body was complete (nothing is sent)."""
+        if status == 413:
+            log.debug("hook %s: body larger than %d bytes", _digest(request), self.settings.body_limit)
+            self._count_unknown("too_large")
+        elif status != CLIENT_CLOSED:
+            log.debug("hook %s: request refused by the HTTP layer (%d)", _digest(request), status)
+            self._count_unknown("malformed")
+        if request.target.startswith(_HOOK_PREFIX):
+            self._observe(request.method, status, time.perf_counter())
+        return Response(status, close=True)
+
+    def malformed(self, status: int) -> None:
+        """A request refused before its head was complete (``HTTPServer.on_malformed``)."""
+        self._count_unknown("malformed")
+        log.debug("malformed request answered %d", status)
+
+    # ---- bookkeeping --------------------------------------------------------------------------------------
+    def _count_unknown(self, outcome: str) -> None:
+        child = self._unknown.get(outcome)
         if child is None:
-            child = self._children[key] = metric.labels(*labels)
-        return child
+            child = self._unknown[outcome] = self.metrics.requests.labels("unknown", outcome)
+        child.inc()
 
-    async def _read_body(self, request: web.Request) -> bytes:
-        limit = self.settings.body_limit
-        if request.content_length is not None and request.content_length > limit:
-            raise _TooLarge
-        buf = bytearray()
-        try:
-            if request.content_length is not None and "Content-Encoding" not in request.headers:
-                # Fast path: a small body has usually arrived with the head; take it without a timer.
-                buf += request.content.read_nowait(-1)
-                if len(buf) == request.content_length and request.content.at_eof():
-                    return bytes(buf)
-            async with asyncio.timeout(self.settings.body_read_timeout):
-                while True:
-                    chunk = await request.content.readany()
-                    if not chunk:
-                        break
-                    buf += chunk
-                    if len(buf) > limit:
-                        raise _TooLarge
-        except TimeoutError:
-            raise _ReadFailed("timed out reading the body") from None
-        except (web.RequestPayloadError, ConnectionError, OSError, ValueError, RuntimeError) as exc:
-            raise _ReadFailed(type(exc).__name__) from None
-        return bytes(buf)
+    def _observe(self, method: str, status: int, start: float) -> None:
+        key = (method if method in _METHODS else "OTHER", status)  # no free-form label values
+        child = self._observed.get(key)
+        if child is None:
+            child = self._observed[key] = self.metrics.http_duration.labels(
+                "", HANDLER_LABEL, key[0], str(status)
+            )
+        child.observe(time.perf_counter() - start)
 
-    async def _process(self, request: web.Request) -> _Answer:
-        path = request.raw_path
-        hook = path_digest_prefix(path)
-        try:
-            body = await self._read_body(request)
-        except _TooLarge:
-            log.debug("hook %s: body larger than %d bytes", hook, self.settings.body_limit)
-            return _Answer(413, "too_large", close=True)
-        except _ReadFailed as exc:
-            log.debug("hook %s: cannot read the body: %s", hook, exc)
-            return _Answer(400, "bad_request", close=True)
+    def _answer(
+        self,
+        hook: Hook | None,
+        status: int,
+        outcome: str,
+        headers: dict[str, str] | None = None,
+        *,
+        close: bool = False,
+    ) -> Response:
+        """The empty-bodied answer, counted by the Receiver's type and the outcome."""
+        if hook is None:
+            self._count_unknown(outcome)
+            rtype = "unknown"
+        else:
+            child = hook.outcomes.get(outcome)
+            if child is None:
+                child = hook.outcomes[outcome] = self.metrics.requests.labels(hook.rtype, outcome)
+            child.inc()
+            rtype = hook.rtype
+        if self.tracing:
+            span = current()
+            span.set("notification.receiver.type", rtype)
+            span.set("notification.receiver.outcome", outcome)
+        return Response(status, headers, close=close)
+
+    def _rejection(self, hook: Hook, message: str, *args: object) -> None:
+        """An info log of a rejection, within the Receiver's budget."""
+        may_log, suppressed = self._log_budget.take(hook.who)
+        if may_log:
+            more = f" ({suppressed} similar rejections not logged)" if suppressed else ""
+            log.info(message + "%s", *args, more)
+
+    # ---- the webhook --------------------------------------------------------------------------------------
+    def _process(self, request: Request) -> Response | Coroutine[Any, Any, Response]:
+        headers = RawHeaders.from_wire(request.headers)
+        body = request.body
+        encoding = headers.get("content-encoding")
+        if encoding is not None:
+            try:
+                body = decode_body(body, encoding, self.settings.body_limit)
+            except BodyTooLarge:
+                log.debug("hook %s: body larger than %d bytes", _digest(request), self.settings.body_limit)
+                return self._answer(None, 413, "too_large", close=True)
+            except UndecodableBody as exc:
+                log.debug("hook %s: cannot read the body: %s", _digest(request), exc)
+                return self._answer(None, 400, "bad_request", close=True)
 
         if not self.store.synced:
-            return _Answer(503, "not_ready", headers={"Retry-After": "5"})
-        receiver = self.store.receiver_by_path(path)
-        if receiver is None:
-            log.debug("hook %s: no receiver", hook)
-            return _Answer(404, "not_found")
-        rtype = str(receiver.spec.type)
-        who = f"{receiver.metadata.namespace}/{receiver.metadata.name}"
-        secret = registry.read_secret(receiver, self.store)  # one read: it vouches for the path and verifies
-        if not registry.path_is_current(path, receiver, secret):
-            may_log, suppressed = self._log_budget.take(who)
-            if may_log:
-                more = f" ({suppressed} similar rejections not logged)" if suppressed else ""
-                log.info(
-                    "receiver %s (hook %s): path not derived from the current secret token (rotated?), "
-                    "answered as unknown%s",
-                    who,
-                    hook,
-                    more,
-                )
-            return _Answer(404, "not_found", rtype)
+            return self._answer(None, 503, "not_ready", {"Retry-After": "5"})
+        path = request.target.decode("utf-8", "surrogateescape")
+        hook = self.hook(path)
+        if hook is None:
+            log.debug("hook %s: no receiver", _digest(request))
+            return self._answer(None, 404, "not_found")
+        if not hook.current:
+            self._rejection(
+                hook,
+                "receiver %s (hook %s): path not derived from the current secret token (rotated?), "
+                "answered as unknown",
+                hook.who,
+                hook.digest,
+            )
+            return self._answer(hook, 404, "not_found")
         if self.tracing:  # only once the path is the current one: a rotated-away path names no Receiver
-            current().set("notification.receiver", who)
+            current().set("notification.receiver", hook.who)
         if request.method != "POST":
-            log.debug("receiver %s (hook %s): method %s not allowed", who, hook, request.method[:16])
-            return _Answer(405, "method_not_allowed", rtype, {"Allow": "POST"})
-        if receiver.spec.suspend:
-            log.info("receiver %s (hook %s): unable to process request: receiver is suspended", who, hook)
-            return _Answer(503, "suspended", rtype)
-        if not is_ready(receiver.status.conditions):
-            log.info("receiver %s (hook %s): unable to process request: receiver is not ready", who, hook)
-            return _Answer(503, "not_ready", rtype)
+            log.debug(
+                "receiver %s (hook %s): method %s not allowed", hook.who, hook.digest, request.method[:16]
+            )
+            return self._answer(hook, 405, "method_not_allowed", {"Allow": "POST"})
+        if hook.suspended:
+            log.info(
+                "receiver %s (hook %s): unable to process request: receiver is suspended",
+                hook.who,
+                hook.digest,
+            )
+            return self._answer(hook, 503, "suspended")
+        if not hook.ready:
+            log.info(
+                "receiver %s (hook %s): unable to process request: receiver is not ready",
+                hook.who,
+                hook.digest,
+            )
+            return self._answer(hook, 503, "not_ready")
 
-        hook_request = HookRequest(request.method, path, RawHeaders(request.raw_headers), body)
-        ctx = VerifyContext(
-            receiver=receiver,
-            secret=secret,
-            clock=self.clock,
-            oidc=self.oidc,
-            gcr=self.settings.gcr,
-            sandbox=self.sandbox,
-        )
+        hook_request = HookRequest(request.method, path, headers, body)
+        if hook.token_error is not None:
+            return self._unverified(hook, hook.token_error)
+        if hook.awaits:
+            return self._verify_then_trigger(hook, hook_request)
         try:
-            verified = await registry.verify(hook_request, ctx)
+            verified = registry.run_now(hook.verifier(hook_request, hook.context))
         except VerificationError as exc:
-            may_log, suppressed = self._log_budget.take(who)
-            if may_log:
-                more = f" ({suppressed} similar rejections not logged)" if suppressed else ""
-                log.info("receiver %s (hook %s): unable to validate payload: %s%s", who, hook, exc, more)
-            return _Answer(exc.status, "rejected_signature", rtype)
+            return self._unverified(hook, exc)
+        return self._verified(hook, verified, headers)
 
+    async def _verify_then_trigger(self, hook: Hook, request: HookRequest) -> Response:
+        await on_task()  # the verifier fetches key sets
+        try:
+            verified = await hook.verifier(request, hook.context)
+        except VerificationError as exc:
+            return self._unverified(hook, exc)
+        result = self._verified(hook, verified, request.headers)
+        return result if isinstance(result, Response) else await result
+
+    def _unverified(self, hook: Hook, exc: VerificationError) -> Response:
+        self._rejection(
+            hook, "receiver %s (hook %s): unable to validate payload: %s", hook.who, hook.digest, exc
+        )
+        return self._answer(hook, exc.status, "rejected_signature")
+
+    def _verified(
+        self, hook: Hook, verified: Verified, headers: RawHeaders
+    ) -> Response | Coroutine[Any, Any, Response]:
+        """Steps 7–10 for an authentic request."""
+        who = hook.who
         wait = self.limiter.take(who)
         if wait is not None:
-            log.info("receiver %s (hook %s): rate limited", who, hook)
-            return _Answer(
-                429, "rate_limited", rtype, {"Retry-After": ReceiverRateLimit.retry_after_header(wait)}
+            log.info("receiver %s (hook %s): rate limited", who, hook.digest)
+            return self._answer(
+                hook, 429, "rate_limited", {"Retry-After": ReceiverRateLimit.retry_after_header(wait)}
             )
-        event = f" {verified.event!r}" if verified.event else ""
         if verified.ping:
-            log.info("receiver %s (hook %s): %s ping%s answered, nothing triggered", who, hook, rtype, event)
-            return _Answer(200, "ping", rtype)
-        replay_key = f"{who}/{rtype}/{verified.delivery_id}" if verified.delivery_id else None
-        if replay_key is not None and not await self._claim(replay_key):
-            log.info("receiver %s (hook %s): delivery %r already handled", who, hook, verified.delivery_id)
-            return _Answer(200, "replayed", rtype)
-        done = False
-        try:
-            answer = await self._trigger(
-                receiver, verified.body, hook_request.headers, verified.claims, who, hook
+            log.info(
+                "receiver %s (hook %s): %s ping%s answered, nothing triggered",
+                who,
+                hook.digest,
+                hook.rtype,
+                _event(verified),
             )
-            done = answer.status == 200
-            if done:
-                log.info("receiver %s (hook %s): handled %s event%s", who, hook, rtype, event)
-            return answer
-        finally:
-            if replay_key is not None and not done:
-                await self._release(replay_key)  # let the sender's retry through
-
-    async def _claim(self, key: str) -> bool:
+            return self._answer(hook, 200, "ping")
+        delivery = verified.delivery_id
+        if delivery is None:
+            return self._trigger(hook, verified, headers, None)
+        replay_key = f"{who}/{hook.rtype}/{delivery}"
         if self.shared_replays is None:
-            return self.replays.claim(key)
+            if not self.replays.claim(replay_key):
+                return self._replayed(hook, delivery)
+            return self._trigger(hook, verified, headers, replay_key)
+        return self._claim_then_trigger(hook, verified, headers, replay_key)
+
+    def _replayed(self, hook: Hook, delivery: str) -> Response:
+        log.info("receiver %s (hook %s): delivery %r already handled", hook.who, hook.digest, delivery)
+        return self._answer(hook, 200, "replayed")
+
+    async def _claim_then_trigger(
+        self, hook: Hook, verified: Verified, headers: RawHeaders, replay_key: str
+    ) -> Response:
+        assert self.shared_replays is not None and verified.delivery_id is not None
+        await on_task()  # the state store's I/O
         try:
-            return await self.shared_replays.claim(key)
+            claimed = await self.shared_replays.claim(replay_key)
         except StoreError as exc:  # fail open: a second reconcile request is harmless, a lost one is not
             log.warning("replay window unavailable, handling the delivery anyway: %s", exc)
-            return self.replays.claim(key)
+            claimed = self.replays.claim(replay_key)
+        if not claimed:
+            return self._replayed(hook, verified.delivery_id)
+        return await self._trigger(hook, verified, headers, replay_key)
 
     async def _release(self, key: str) -> None:
         self.replays.release(key)
@@ -520,43 +678,75 @@ class ReceiverServer:
                 await self.shared_replays.release(key)
 
     async def _trigger(
-        self,
-        receiver: Receiver,
-        body: bytes,
-        headers: RawHeaders,
-        claims: Any,
-        who: str,
-        hook: str,
-    ) -> _Answer:
-        rtype = str(receiver.spec.type)
+        self, hook: Hook, verified: Verified, headers: RawHeaders, replay_key: str | None
+    ) -> Response:
+        """Step 10: the filters, then every target. A delivery that did not end in 200 is released from the
+        replay window (the sender's retry goes through)."""
+        done = False
         try:
-            filters = compile_filters(receiver, registry.record(receiver.spec.type).filter_variables)
-        except FilterError as exc:
-            log.error("receiver %s (hook %s): unable to create CEL evaluator: %s", who, hook, exc)
-            return _Answer(500, "error", rtype)
-        req: dict[str, Any] | None = None
-        if filters.configured:
+            filters = hook.filters
+            if isinstance(filters, FilterError):
+                log.error(
+                    "receiver %s (hook %s): unable to create CEL evaluator: %s",
+                    hook.who,
+                    hook.digest,
+                    filters,
+                )
+                return self._answer(hook, 500, "error")
+            req: dict[str, Any] | None = None
+            if filters.configured:
+                try:
+                    req = request_value(headers, verified.body)
+                except RequestBodyError as exc:
+                    log.info("receiver %s (hook %s): %s", hook.who, hook.digest, exc)
+                    return self._answer(hook, 400, "bad_request")
+            start = time.perf_counter()
             try:
-                req = request_value(headers, body)
-            except RequestBodyError as exc:
-                log.info("receiver %s (hook %s): %s", who, hook, exc)
-                return _Answer(400, "bad_request", rtype)
-        start = time.perf_counter()
-        try:
-            result = await self.trigger.run(receiver, filters, req=req, claims=claims)
+                result = await self.trigger.run(
+                    hook.receiver, filters, req=req, claims=verified.claims, plan=hook.plan
+                )
+            finally:
+                hook.patch_duration.observe(time.perf_counter() - start)
+            if result.errors:
+                for error in result.errors:
+                    log.error(
+                        "receiver %s (hook %s): unable to request reconciliation: %s",
+                        hook.who,
+                        hook.digest,
+                        error,
+                    )
+                return self._answer(hook, 500, "patch_failed")
+            done = True
+            log.info(
+                "receiver %s (hook %s): handled %s event%s",
+                hook.who,
+                hook.digest,
+                hook.rtype,
+                _event(verified),
+            )
+            return self._answer(hook, 200, "accepted")
         finally:
-            self.metrics.patch_duration.labels(type=rtype).observe(time.perf_counter() - start)
-        if result.errors:
-            for error in result.errors:
-                log.error("receiver %s (hook %s): unable to request reconciliation: %s", who, hook, error)
-            return _Answer(500, "patch_failed", rtype)
-        return _Answer(200, "accepted", rtype)
+            if replay_key is not None and not done:
+                await self._release(replay_key)
 
 
-SERVER_KEY = web.AppKey("receiver_server", ReceiverServer)
+def _event(verified: Verified) -> str:
+    return f" {verified.event!r}" if verified.event else ""
 
 
-def create_receiver_app(
+def _digest(request: Request) -> str:
+    """The 8-character prefix of a request's path, for a log line (never the path)."""
+    return path_digest_prefix(request.target.decode("latin-1"))
+
+
+def _answered(span: Span, status: int) -> None:
+    span.set("http.response.status_code", status)
+    if status >= 500:
+        span.fail(str(status))
+    span.end()
+
+
+def create_receiver_endpoint(
     store: ObjectStore,
     cluster: Cluster,
     *,
@@ -569,19 +759,20 @@ def create_receiver_app(
     http: OutboundHTTP | None = None,
     sandbox: SandboxPool | None = None,
     tracer: Tracer = NOOP,
-) -> web.Application:
-    """Build the receiver app. ``metrics`` (or ``registry``) must not be the global default registry."""
-    settings = settings or ReceiverServerSettings()
-    install_log_filters()
+    cluster_waits: bool = True,
+) -> ReceiverEndpoint:
+    """Build the receiver endpoint (``.server()`` is its listener). ``metrics`` (or ``registry``) must not be
+    the global default registry. ``cluster_waits`` False: the cluster answers at once (local mode), so a
+    webhook is answered without a task (``Trigger.waits``)."""
     if isinstance(metrics, ReceiverMetrics):
         receiver_metrics = metrics
     else:
         target = metrics if metrics is not None else registry
         receiver_metrics = ReceiverMetrics(target if target is not None else CollectorRegistry())
-    server = ReceiverServer(
+    return ReceiverEndpoint(
         store,
         cluster,
-        settings,
+        settings or ReceiverServerSettings(),
         receiver_metrics,
         clock or SystemClock(),
         oidc,
@@ -589,19 +780,5 @@ def create_receiver_app(
         http=http,
         sandbox=sandbox,
         tracer=tracer,
+        cluster_waits=cluster_waits,
     )
-
-    async def close(_: web.Application) -> None:
-        await server.close()
-
-    # client_max_size only matters if something calls request.read(); the handler streams with its own cap.
-    app = web.Application(client_max_size=settings.body_limit)
-    app[SERVER_KEY] = server
-    app.on_cleanup.append(close)
-    handler: Callable[[web.Request], Awaitable[web.StreamResponse]] = (
-        server.traced_handle if tracer.enabled else server.handle
-    )
-    # every path reaches the handler (its 404 has an empty body): "." stops at a percent-decoded line break, and
-    # aiohttp's own 404 would answer "/hook/%0A" with a text body
-    app.router.add_route("*", r"/{tail:[\s\S]*}", handler)
-    return app

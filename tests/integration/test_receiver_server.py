@@ -12,13 +12,15 @@ import gzip
 import json
 import logging
 import re
-from collections.abc import AsyncIterator
+import zlib
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import pytest
 
 from notification_controller.api import RECONCILE_REQUEST_ANNOTATION
 from notification_controller.server.receivers import MAX_BODY, ReceiverServerSettings
+from tests.support.memory_cluster import MemoryCluster
 from tests.support.receiver_kit import (
     GIT,
     IMAGE,
@@ -425,6 +427,32 @@ async def test_gzip_bomb_is_413_and_never_buffered(github: tuple[Harness, str]) 
     status, _, _ = await h.post(path, bomb, headers)
     assert status == 413
     assert h.cluster.annotate_calls == []
+    # the same in 1 MiB members, each small enough alone: the cap counts them together
+    member = gzip.compress(b"\0" * (1 << 20), compresslevel=9)
+    members = member * 4
+    status, _, _ = await h.post(path, members, {**github_headers(members), "Content-Encoding": "gzip"})
+    assert status == 413
+    assert h.metric("notification_receiver_requests_total", type="unknown", outcome="too_large") == 2
+    assert h.cluster.annotate_calls == []
+
+
+async def test_compressed_push_is_verified_over_its_decompressed_body(github: tuple[Harness, str]) -> None:
+    """As aiohttp's server did: ``gzip`` (also in several members) and ``deflate`` (zlib-wrapped or raw) bodies are
+    decompressed, the signature is checked over what they decompress to; an unknown coding is left alone."""
+    h, path = github
+    wrapped = zlib.compress(PUSH)
+    for delivery, (body, encoding) in enumerate(
+        (
+            (gzip.compress(PUSH), "gzip"),
+            (gzip.compress(PUSH[:10]) + gzip.compress(PUSH[10:]), "GZIP"),
+            (wrapped, "deflate"),
+            (wrapped[2:-4], "deflate"),  # raw deflate, as some clients send it
+            (PUSH, "identity"),
+        )
+    ):
+        headers = {**github_headers(PUSH, delivery=f"z-{delivery}"), "Content-Encoding": encoding}
+        assert (await h.post(path, body, headers))[0] == 200, encoding
+    assert len(h.cluster.annotate_calls) == 5
 
 
 async def test_header_limits_are_400(github: tuple[Harness, str]) -> None:
@@ -459,14 +487,17 @@ async def test_non_ascii_signature_bytes_are_400(github: tuple[Harness, str]) ->
 async def test_undecodable_body_is_400_without_error_traceback(
     github: tuple[Harness, str], caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Checklist B8/B11: a client fault (``Content-Encoding: gzip`` on a body that is not gzip) is a 400 and at
-    most a WARNING without traceback — aiohttp's own "Unhandled exception" when it drains the body is tamed."""
+    """Checklist B8/B11: a client fault (``Content-Encoding: gzip`` on a body that is not gzip, a truncated
+    gzip, ``br`` which the server cannot decode) is a 400, logged at debug without traceback or path."""
     caplog.set_level(logging.DEBUG)
     h, path = github
-    assert (await h.post(path, PUSH, {**github_headers(), "Content-Encoding": "gzip"}))[0] == 400
-    async with asyncio.timeout(5):
-        while not [r for r in caplog.records if r.name == "aiohttp.server"]:
-            await asyncio.sleep(0.01)
+    truncated = gzip.compress(PUSH)[:-9]
+    for body, encoding in ((PUSH, "gzip"), (truncated, "gzip"), (PUSH, "deflate"), (PUSH, "br")):
+        headers = {**github_headers(body), "Content-Encoding": encoding}
+        assert (await h.post(path, body, headers))[0] == 400, encoding
+    unread = [r for r in caplog.records if "cannot read the body" in r.getMessage()]
+    assert [r.levelno for r in unread] == [logging.DEBUG] * 4
+    assert h.metric("notification_receiver_requests_total", type="unknown", outcome="bad_request") == 4
     assert [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info] == []
     assert all(path not in r.getMessage() for r in caplog.records)
     assert h.cluster.annotate_calls == []
@@ -512,7 +543,7 @@ async def test_slow_and_vanishing_clients() -> None:
 async def test_webhook_path_and_token_never_logged_above_debug(caplog: pytest.LogCaptureFixture) -> None:
     """Checklist F1/F2: the digest appears only as an 8-character prefix; the token never appears."""
     caplog.set_level(logging.DEBUG)
-    h = Harness(access_log=True)  # aiohttp's access log on, as a careless deployment would have it
+    h = Harness()
     receiver, secret = make_receiver("gitlab")
     path = h.add(receiver, secret)
     h.add_targets()
@@ -529,7 +560,7 @@ async def test_webhook_path_and_token_never_logged_above_debug(caplog: pytest.Lo
         await h.post(path + "?q=1", b"{}", headers)
         await h.post(path, b"{}", headers, method="GET")
         bad_method = f"BREW {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
-        assert (await raw_request(h.port, bad_method))[0] == 400  # aiohttp's parser error quotes the path
+        assert (await raw_request(h.port, bad_method))[0] == 400  # refused by the parser, logged without path
     digest = path.removeprefix("/hook/")
     messages = [(r.levelno, r.getMessage()) for r in caplog.records]
     assert any(digest[:8] in m for level, m in messages if level >= logging.INFO), "the prefix names the hook"
@@ -643,3 +674,60 @@ async def test_json_null_body_with_a_filter_is_an_empty_request() -> None:
         for bad in (b"[]", b"42", b'"null"', b""):
             assert (await h.post(path, bad, {"Content-Type": "application/json"}))[0] == 400, bad
         assert len(h.cluster.annotate_calls) == 2
+
+
+# ---- a cluster that answers at once (local mode): no task per webhook ---------------------------------
+
+
+class _TaskRecordingCluster(MemoryCluster):
+    """Records whether each annotation ran on a task."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.on_task: list[bool] = []
+
+    async def annotate(
+        self, api_version: str, kind: str, namespace: str, name: str, annotations: Mapping[str, str]
+    ) -> None:
+        self.on_task.append(asyncio.current_task() is not None)
+        await super().annotate(api_version, kind, namespace, name, annotations)
+
+
+@pytest.mark.parametrize("waits", [True, False])
+async def test_a_cluster_that_answers_at_once_costs_no_task(waits: bool) -> None:
+    """Issue 29 item 5: with local mode's cluster (``cluster_waits=False``) a valid push is answered where the
+    request was parsed, without a task; an API server's calls (``True``) start on one (its client's timers
+    need it). Both annotate once and answer 200."""
+    h = Harness(cluster_waits=waits)
+    h.cluster = _TaskRecordingCluster()
+    receiver, secret = make_receiver("github")
+    path = h.add(receiver, secret)
+    h.add_targets()
+    async with h:
+        assert (await h.post(path, PUSH, github_headers(delivery="t-1")))[0] == 200
+        assert (await h.post(path, PUSH, github_headers(delivery="t-1")))[0] == 200  # replayed
+    assert isinstance(h.cluster, _TaskRecordingCluster)
+    assert h.cluster.on_task == [waits]
+    assert h.metric("notification_receiver_requests_total", type="github", outcome="accepted") == 1
+    assert h.metric("notification_receiver_requests_total", type="github", outcome="replayed") == 1
+
+
+async def test_a_cluster_said_to_answer_at_once_that_waits_is_still_bounded() -> None:
+    """If a call of a cluster said to answer at once waits after all, it goes on a task and ``kube_timeout``
+    bounds it as any other (500, the other targets still attempted, the delivery can be retried)."""
+    h = Harness(ReceiverServerSettings(kube_timeout=0.2), cluster_waits=False)
+    resources = [
+        {"apiVersion": GIT, "kind": "GitRepository", "name": "slow"},
+        {"apiVersion": GIT, "kind": "GitRepository", "name": "webapp"},
+    ]
+    receiver, secret = make_receiver("github", resources=resources)
+    path = h.add(receiver, secret)
+    h.add_targets()
+    h.cluster.add(GIT, "GitRepository", "default", "slow")
+    h.cluster.fail("annotate", delay=5.0, name="slow", times=1)
+    async with h:
+        assert (await h.post(path, PUSH, github_headers(delivery="s-1")))[0] == 500
+        assert h.cluster.annotated() == [("GitRepository", "default", "webapp")]
+        assert h.metric("notification_receiver_requests_total", type="github", outcome="patch_failed") == 1
+        assert (await h.post(path, PUSH, github_headers(delivery="s-1")))[0] == 200, "released: retried"
+        assert h.metric("gotk_receiver_http_requests_inflight", service="", handler="/hook/") == 0

@@ -2,8 +2,9 @@
 
 * ``make_receiver`` builds a Receiver (Ready, with ``status.webhookPath`` computed as the reconciler does)
   and its Secret;
-* ``Harness`` runs ``create_receiver_app`` on a real socket (``aiohttp.test_utils.TestServer``) over an
-  ``ObjectStore`` and a recording ``MemoryCluster``, with a ``ManualClock``;
+* ``Harness`` runs the receiver listener as the app does (``create_receiver_endpoint(...).server()``, the
+  HTTP/1.1 layer of ``server/http1.py``) on a real socket over an ``ObjectStore`` and a recording
+  ``MemoryCluster``, with a ``ManualClock``; ``post`` sends with a real aiohttp client;
 * ``LocalIssuer`` is an OIDC provider on 127.0.0.1 (discovery + JWKS served by aiohttp) with its own RSA and
   EC keys, minting ID tokens for ``generic-oidc`` and ``gcr`` (Google's issuer names, local keys);
 * ``CASES`` describes, per receiver type, a valid request as its real sender makes it and how to break it;
@@ -22,9 +23,10 @@ from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any, Self
 
+import aiohttp
 import jwt
 from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestServer
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from prometheus_client import CollectorRegistry
 
@@ -33,10 +35,11 @@ from notification_controller.api.receiver import Receiver
 from notification_controller.core.webhook import webhook_path
 from notification_controller.lib.clock import ManualClock
 from notification_controller.objects.base import ObjectStore
+from notification_controller.server.http1 import HTTPServer
 from notification_controller.server.receivers import (
+    ReceiverEndpoint,
     ReceiverServerSettings,
-    create_receiver_app,
-    runner_kwargs,
+    create_receiver_endpoint,
 )
 from tests.support.memory_cluster import MemoryCluster
 
@@ -120,18 +123,20 @@ def github_signature(key: bytes, body: bytes, algo: str = "sha256") -> str:
 
 
 class Harness:
-    """A running receiver app over an in-memory store and cluster."""
+    """A running receiver listener over an in-memory store and cluster."""
 
-    def __init__(self, settings: ReceiverServerSettings | None = None, *, access_log: bool = False) -> None:
+    def __init__(self, settings: ReceiverServerSettings | None = None, *, cluster_waits: bool = True) -> None:
         self.settings = settings or ReceiverServerSettings()
-        self.access_log = access_log  # True: aiohttp's default access log (to prove it is redacted)
+        self.cluster_waits = cluster_waits  # False: as local mode (a webhook answered without a task)
         self.store = ObjectStore()
         self.store.mark_synced()
         self.cluster = MemoryCluster()
         self.clock = ManualClock(datetime.now(UTC).replace(microsecond=0))
         self.registry = CollectorRegistry()
-        self.app: web.Application | None = None
-        self.client: TestClient[web.Request, web.Application] | None = None
+        self.endpoint: ReceiverEndpoint | None = None
+        self.server: HTTPServer | None = None
+        self.client: aiohttp.ClientSession | None = None
+        self._port = 0
 
     def add(self, receiver: Receiver, secret: Secret | None) -> str:
         self.store.upsert(receiver)
@@ -144,38 +149,42 @@ class Harness:
         self.cluster.add(IMAGE, "ImageRepository", namespace, "webapp")
 
     async def __aenter__(self) -> Self:
-        self.app = create_receiver_app(
-            self.store, self.cluster, settings=self.settings, metrics=self.registry, clock=self.clock
+        self.endpoint = create_receiver_endpoint(
+            self.store,
+            self.cluster,
+            settings=self.settings,
+            metrics=self.registry,
+            clock=self.clock,
+            cluster_waits=self.cluster_waits,
         )
-        server = TestServer(self.app)
-        kwargs = runner_kwargs(self.settings, self.app)  # with ProtocolErrorLog, as the App serves it
-        kwargs.pop("handler_cancellation")  # TestServer always sets it
-        if self.access_log:
-            kwargs.pop("access_log")
-        await server.start_server(**kwargs)
-        self.client = TestClient(server)
-        await self.client.start_server()
+        self.server = self.endpoint.server()
+        self._port = await self.server.start("127.0.0.1", 0)
+        self.client = aiohttp.ClientSession(f"http://127.0.0.1:{self._port}")
         return self
 
     async def __aexit__(
         self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
-        assert self.client is not None
+        assert self.client is not None and self.server is not None and self.endpoint is not None
         await self.client.close()
+        await self.server.stop(grace=1.0)
+        await self.endpoint.close()
 
     @property
     def port(self) -> int:
-        assert self.client is not None and self.client.port is not None
-        return self.client.port
+        assert self._port
+        return self._port
 
     async def post(
         self, path: str, body: bytes = b"", headers: Mapping[str, str] | None = None, method: str = "POST"
     ) -> tuple[int, bytes, Mapping[str, str]]:
         assert self.client is not None
         data: Any = io.BytesIO(body) if len(body) > 1 << 20 else body
-        resp = await self.client.request(method, path, data=data, headers=dict(headers or {}))
-        answer = await resp.read()
-        return resp.status, answer, resp.headers
+        async with self.client.request(
+            method, path, data=data, headers=dict(headers or {}), allow_redirects=False
+        ) as resp:
+            answer = await resp.read()
+            return resp.status, answer, resp.headers
 
     def metric(self, name: str, **labels: str) -> float:
         value = self.registry.get_sample_value(name, labels or None)
