@@ -687,10 +687,27 @@ async def bench_scale(ctx: Context) -> None:
         measured_all = await interleaved(ctx, "scale", [*targets, go_target])
         results = dict(zip(SCALE_SIZES, measured_all, strict=False))
         go = measured_all[-1]
+        # the "ingest, 10,000 Alerts": events every Alert's sources or filters reject, no delivery
+        ctx.step("ingest with no match on the same servers")
+        no_match = ctx.templates("scale-no-match", workloads.no_match_templates())
+        ingest_all = await interleaved(
+            ctx,
+            "scale-ingest",
+            [Target(f"{t.name}-ingest", t.pid, t.url, lambda _: no_match) for t in [*targets, go_target]],
+        )
         totals = {size: delivery_totals(await metrics(c)) for size, c in controllers.items()}
     smallest, largest = SCALE_SIZES[0], SCALE_SIZES[-1]
     small = results[smallest]
     ctx.detail(name, go_peer=go.summary())
+    ingest = dict(zip(SCALE_SIZES, ingest_all, strict=False))
+    go_ingest = ingest_all[-1]
+    ctx.detail(
+        name,
+        ingest_no_match={
+            **{f"{size}": m.summary() for size, m in ingest.items()},
+            "go_peer": go_ingest.summary(),
+        },
+    )
     for size in SCALE_SIZES:
         measured = results[size]
         per_event = measured.notifications / max(1, measured.events)
@@ -738,11 +755,27 @@ async def bench_scale(ctx: Context) -> None:
         if size == largest:
             go_note = f"Go peer: {go.notifications / max(1, go.events):.2f} notifications/event"
             ctx.report.add(
-                cpu_row(f"{name}: {label}", "event", measured.cpu_us(), go.cpu_us(), GO, 0.5, go_note)
+                cpu_row(f"{name}: {label}", "event", measured.cpu_us(), go.cpu_us(), GO, note=go_note)
             )
         row = memory_row(f"{name}: {label}", measured, reference, vs, 150 if size == largest else None)
         row.note = f"{ready_rss:.0f} MB at ready, {settled_rss:.0f} MB once idle; this row: after the load"
         ctx.report.add(row)
+    ingest_label = f"{name}: {largest:,} Alerts, ingest (no match)"
+    big, little = ingest[largest], ingest[smallest]
+    ctx.report.add(
+        cpu_row(
+            ingest_label,
+            "event",
+            big.cpu_us(),
+            little.cpu_us(),
+            f"{smallest} Alerts",
+            1.10,
+            status_note(big, 202),
+        )
+    )
+    ctx.report.add(
+        cpu_row(ingest_label, "event", big.cpu_us(), go_ingest.cpu_us(), GO, 0.5, status_note(go_ingest, 202))
+    )
 
 
 # ---- 4 ---------------------------------------------------------------------------------------------------
