@@ -157,6 +157,7 @@ class Target:
     headers: Sequence[str] = ()
     sink: Helper | None = None
     per_notification: bool = False
+    expect: int = 0  # notifications per accepted event when exact (default: 1 if per_notification)
 
 
 @dataclass
@@ -228,17 +229,32 @@ async def sink_stats(sink: Helper, phase: str) -> dict[str, Any]:
 
 
 async def drained(
-    pid: int, sink: Helper, phase: str, *, window: float = 0.25, timeout: float = 90.0
+    pid: int,
+    sink: Helper,
+    phase: str,
+    *,
+    window: float = 0.25,
+    timeout: float = 90.0,
+    expected: int = 0,
+    grace: float = 10.0,
 ) -> tuple[float, dict[str, Any]]:
     """``(CPU seconds of pid, sink stats)`` once the sink's count for ``phase`` stopped moving and the
-    server used at most one clock tick over ``window`` (the CPU is read at the start of that window)."""
+    server used at most one clock tick over ``window`` (the CPU is read at the start of that window).
+
+    With ``expected``, a pause is not the end while fewer notifications arrived (a durable store may
+    deliver in batches with pauses between them), for at most ``grace`` seconds of such pauses."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
+    short_since: float | None = None
     cpu, stats = cpu_seconds(pid), await sink_stats(sink, phase)
     while loop.time() < deadline:
         await asyncio.sleep(window)
         now, fresh = cpu_seconds(pid), await sink_stats(sink, phase)
-        if fresh["received"] == stats["received"] and now - cpu <= CLOCK_TICK * 1.01:
+        quiet = fresh["received"] == stats["received"] and now - cpu <= CLOCK_TICK * 1.01
+        if quiet and fresh["received"] < expected:
+            short_since = short_since if short_since is not None else loop.time()
+            quiet = loop.time() - short_since > grace
+        if quiet:
             return cpu, fresh
         cpu, stats = now, fresh
     return cpu, stats
@@ -255,7 +271,8 @@ async def measure_run(ctx: Context, target: Target, phase: str, seconds: int) ->
     if target.sink is None:
         out.cpu_s = await quiet_cpu(target.pid) - before
         return out
-    after, stats = await drained(target.pid, target.sink, phase)
+    per_event = target.expect or (1 if target.per_notification else 0)
+    after, stats = await drained(target.pid, target.sink, phase, expected=out.events * per_event)
     out.wall_s = time.perf_counter() - started
     out.sink_cpu_s = cpu_seconds(target.sink.pid) - sink_before
     out.cpu_s = after - before

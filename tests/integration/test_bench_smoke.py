@@ -25,7 +25,7 @@ from bench.forwarder import VARIANTS
 from bench.load import percentile, run_load
 from bench.procs import ROOT, Helper, metric_sum, quiet_cpu, read_proc_status
 from bench.report import Row, RunReport, render_spread, render_table
-from bench.suite import Context, Skip, Target, Timing, measure_run, sink_stats, wait_receiver
+from bench.suite import Context, Skip, Target, Timing, drained, measure_run, sink_stats, wait_receiver
 from bench.wrk import MARKER, WrkError, parse_output, run_wrk, write_templates
 from tests.support.capture import CaptureServer
 
@@ -351,3 +351,29 @@ def test_spread_of_repeated_runs() -> None:
     assert "not measured" in text
     markdown = render_spread(runs, markdown=True)
     assert markdown.startswith("| benchmark | metric |") and "a\\|b" in markdown
+
+
+async def test_drained_waits_through_a_pause_until_every_expected_notification(tmp_path: Path) -> None:
+    """A server that delivers in batches with a pause between them (a durable store) is not "drained" at
+    the pause while fewer notifications than expected arrived; without ``expected`` it is (the old rule)."""
+    events = workloads.dispatch_events("batches")
+
+    async with Helper("bench.sink", [], tmp_path) as sink, aiohttp.ClientSession() as session:
+
+        async def deliver(first: int) -> None:
+            for i in range(first, first + 10):
+                async with session.post(sink.url + "/flux", data=events(i)) as resp:
+                    assert resp.status == 200
+
+        async def two_batches() -> None:
+            await deliver(0)
+            await asyncio.sleep(3)  # ample time for the quiet windows of the first drained()
+            await deliver(10)
+
+        sender = asyncio.create_task(two_batches())
+        await asyncio.sleep(0.3)
+        _, early = await drained(sink.pid, sink, "batches", window=0.25)
+        _, stats = await drained(sink.pid, sink, "batches", window=0.25, expected=20, grace=30)
+        await sender
+    assert early["received"] == 10
+    assert stats["received"] == 20
