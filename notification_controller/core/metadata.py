@@ -32,7 +32,7 @@ def exclude_internal_metadata(metadata: Mapping[str, str], object_group: str) ->
     return {k: v for k, v in metadata.items() if k != token_key}
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # never mutated; not frozen: made for every notification (issue 29)
 class CombinedMetadata:
     metadata: dict[str, str]
     conflicts: dict[str, list[str]] = field(default_factory=dict)

@@ -241,7 +241,7 @@ class DeliveryOutcome(enum.Enum):
     DROPPED = "dropped"  # nothing to send any more (Provider deleted, a stage dropped it): forget
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # never mutated (DELIVERED, GONE are shared); not frozen, as Notification
 class Result:
     """What ``Deliverer.deliver`` made of one attempt."""
 

@@ -25,7 +25,9 @@ def path_segment(text: str) -> str:
     return quote(text, safe="-._~!$&'()*+,;=:@")
 
 
-@dataclass(frozen=True)
+# Plain slot dataclasses, never mutated: one of each per delivery, and a frozen dataclass's ``__init__`` stores
+# every field through ``object.__setattr__`` (issue 29, py-spy: ~1% of a delivery's CPU for these two)
+@dataclass(slots=True)
 class OutboundRequest:
     method: str
     url: str
@@ -34,7 +36,7 @@ class OutboundRequest:
     basic_auth: tuple[str, str] | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class OutboundResponse:
     status: int
     headers: Mapping[str, str]
