@@ -6,9 +6,13 @@ does not measure: deliveries by provider type and outcome, drops (never silent),
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry
+from bisect import bisect_left
+from typing import Protocol
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.values import MutexValue
 
 from .lib.buildinfo import python_version, version
 from .lib.promdefs import DEFAULT_BUCKETS, counter, gauge, histogram, http_server_metrics
@@ -16,6 +20,68 @@ from .lib.promdefs import DEFAULT_BUCKETS, counter, gauge, histogram, http_serve
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 """``notification_delivery_latency_seconds``: 50 ms (a local webhook) to 5 minutes (retries with backoff);
 30 s is a bound, so "delivered within 30 s" (the objective in config/monitoring) is read exactly."""
+
+
+# ---- the per-notification children, without prometheus_client's locks --------------------------------------
+class Inc(Protocol):
+    def inc(self, amount: float = 1.0) -> None: ...
+
+
+class Observe(Protocol):
+    def observe(self, amount: float) -> None: ...
+
+
+class LoopCounter:
+    """A ``Counter`` child that the event loop's thread alone increments (every notification's: received,
+    handed to a lane, delivered), written without the child's lock: prometheus_client's ``inc`` checks the
+    child, then takes a ``threading.Lock`` around ``+=`` (~400 ns; this ~70 ns, ``timeit``). A scrape reads the
+    same cell under that lock; one writer thread loses no increment. ``tests/unit/test_metrics.py`` fails if
+    prometheus_client stores its values differently (then ``loop_counter`` falls back to the child itself)."""
+
+    __slots__ = ("_cell",)
+
+    def __init__(self, cell: MutexValue) -> None:
+        self._cell = cell
+
+    def inc(self, amount: float = 1.0) -> None:
+        self._cell._value += amount
+
+
+class LoopHistogram:
+    """``LoopCounter``'s histogram: the bucket found by ``bisect`` over the bounds (the first bound >= the
+    value, as prometheus_client's loop finds it), one ``+=`` there and one on the sum (~900 ns -> ~160 ns).
+    Durations only: a NaN would land in the first bucket instead of none."""
+
+    __slots__ = ("_bounds", "_buckets", "_sum")
+
+    def __init__(self, bounds: list[float], buckets: list[MutexValue], total: MutexValue) -> None:
+        self._bounds = bounds
+        self._buckets = buckets
+        self._sum = total
+
+    def observe(self, amount: float) -> None:
+        self._sum._value += amount
+        self._buckets[bisect_left(self._bounds, amount)]._value += 1.0
+
+
+def loop_counter(child: Counter) -> Inc:
+    """``child`` (labelled already, or a metric without labels) incremented on the loop's thread only."""
+    cell = getattr(child, "_value", None)
+    return LoopCounter(cell) if type(cell) is MutexValue else child
+
+
+def loop_histogram(child: Histogram) -> Observe:
+    """``child`` (labelled already) observed on the loop's thread only."""
+    bounds, buckets, total = (getattr(child, a, None) for a in ("_upper_bounds", "_buckets", "_sum"))
+    if (
+        type(total) is MutexValue
+        and isinstance(bounds, list | tuple)
+        and isinstance(buckets, list)
+        and len(bounds) == len(buckets)
+        and all(type(b) is MutexValue for b in buckets)
+    ):
+        return LoopHistogram([float(b) for b in bounds], buckets, total)
+    return child
 
 
 class EventMetrics:

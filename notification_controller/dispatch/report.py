@@ -34,7 +34,7 @@ from ..core.redact import Redactor, mask_token
 from ..history.model import Outcome
 from ..history.recorder import Recorder
 from ..logsetup import fields, mark_event_logged, object_fields
-from ..metrics import EventMetrics
+from ..metrics import EventMetrics, Inc, loop_counter, loop_histogram
 from ..objects.base import ObjectRef
 from .model import Draft, Drop, EventSink, Notification, Result
 from .providerhealth import ProviderHealth
@@ -56,10 +56,10 @@ class TypeMetrics:
 
     __slots__ = ("duration", "latency", "notifications")
 
-    def __init__(self, metrics: EventMetrics, ptype: str) -> None:
-        self.notifications = metrics.notifications.labels(provider_type=ptype)
-        self.duration = metrics.delivery_duration.labels(provider_type=ptype)
-        self.latency = metrics.delivery_latency.labels(provider_type=ptype)
+    def __init__(self, metrics: EventMetrics, ptype: str) -> None:  # lock-free: metrics.LoopCounter
+        self.notifications = loop_counter(metrics.notifications.labels(provider_type=ptype))
+        self.duration = loop_histogram(metrics.delivery_duration.labels(provider_type=ptype))
+        self.latency = loop_histogram(metrics.delivery_latency.labels(provider_type=ptype))
 
 
 class ProviderSeries:
@@ -68,7 +68,7 @@ class ProviderSeries:
     Providers leaves no series behind). Children are cached: ``labels()`` costs more than ``inc()``."""
 
     def __init__(self) -> None:
-        self._children: dict[str, dict[tuple[Counter, tuple[str, ...]], Counter]] = {}
+        self._children: dict[str, dict[tuple[Counter, tuple[str, ...]], Inc]] = {}
 
     def inc(self, metric: Counter, provider: str, *labelvalues: str) -> None:
         """``metric.labels(*labelvalues).inc()``, remembered under ``provider`` (one of ``labelvalues``)."""
@@ -76,7 +76,7 @@ class ProviderSeries:
         key = (metric, labelvalues)
         child = children.get(key)
         if child is None:
-            child = children[key] = metric.labels(*labelvalues)
+            child = children[key] = loop_counter(metric.labels(*labelvalues))
         child.inc()
 
     def forget(self, provider: str) -> int:

@@ -50,7 +50,7 @@ from ..dispatch.model import new_id
 from ..errors import StoreError
 from ..history.model import Outcome
 from ..history.recorder import Recorder
-from ..metrics import EventMetrics
+from ..metrics import EventMetrics, Observe, loop_counter, loop_histogram
 from ..tracing import CURRENT, NOOP, Span, SpanKind, Tracer, current
 from .http1 import HTTPServer, Request, Response, ServerLimits
 
@@ -127,12 +127,12 @@ class EventEndpoint:
         self.ready = ready
         self.shared_window = shared_window
         self.export_path_metrics = export_path_metrics
-        self._events_received = metrics.events_received
+        self._events_received = loop_counter(metrics.events_received)  # lock-free: metrics.LoopCounter
         # Metric children are cached: ``labels()`` cost more than the rest of the bookkeeping (profile). Every
         # label value is from a fixed set (handler: KNOWN_PATHS + other; method: _METHODS + OTHER; code: HTTP
         # statuses), so the caches and the series stay bounded.
         self._inflight: dict[str, Any] = {}
-        self._observed: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+        self._observed: dict[tuple[str, str, int], tuple[Observe, Observe]] = {}
 
     def server(self, settings: EventServerSettings | None = None) -> HTTPServer:
         """The event server answering with this endpoint (not yet listening: ``await server.start(host, port)``)."""
@@ -238,7 +238,10 @@ class EventEndpoint:
         children = self._observed.get(key)
         if children is None:
             labels = {"service": "", "handler": key[0], "method": method, "code": str(status)}
-            children = (self.metrics.http_duration.labels(**labels), self.metrics.http_size.labels(**labels))
+            children = (
+                loop_histogram(self.metrics.http_duration.labels(**labels)),
+                loop_histogram(self.metrics.http_size.labels(**labels)),
+            )
             self._observed[key] = children
         children[0].observe(time.perf_counter() - start)
         children[1].observe(size)
