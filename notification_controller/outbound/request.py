@@ -77,7 +77,25 @@ class InvalidHeader(ValueError):
 
 def wire_headers(headers: Mapping[str, str]) -> Mapping[str, str]:
     """``headers`` as they may go out: checked, without framing headers (``headers`` itself when nothing is
-    dropped, so a Provider's shared mapping is not copied). Raises ``InvalidHeader``."""
+    dropped, so a Provider's shared mapping is not copied). Raises ``InvalidHeader``. A shared mapping
+    (read-only, ``shared_headers``) is checked once, not per request (issue 29)."""
+    if type(headers) in _SHARED:
+        hit = _checked.get(id(headers))
+        if hit is not None and hit[0] is headers:
+            return hit[1]
+        checked = _wire_headers(headers)
+        if len(_checked) >= 256:
+            _checked.clear()  # replaced Providers' mappings must not accumulate
+        _checked[id(headers)] = (headers, checked)
+        return checked
+    return _wire_headers(headers)
+
+
+_SHARED = (CIMultiDictProxy, MappingProxyType)
+_checked: dict[int, tuple[Mapping[str, str], Mapping[str, str]]] = {}  # id -> (a shared mapping, checked)
+
+
+def _wire_headers(headers: Mapping[str, str]) -> Mapping[str, str]:
     drop = False
     for name, value in headers.items():
         if _TOKEN.fullmatch(name) is None:

@@ -13,6 +13,7 @@ import pytest
 from aiohttp import web
 
 from notification_controller.outbound.h1client import H1Client
+from notification_controller.outbound.request import shared_headers
 from notification_controller.outbound.transport import (
     ConnectError,
     Disconnected,
@@ -366,3 +367,39 @@ async def test_response_head_limits(client: H1Client) -> None:
     async with server:
         _, headers, _ = await client.request("GET", "http", "127.0.0.1", port, "/", {}, b"", body_limit=LIMIT)
     assert headers["X-R"] == "first"
+
+
+async def test_a_shared_header_mapping_is_encoded_once_and_sent_as_given(client: H1Client) -> None:
+    """A Provider's read-only headers (``shared_headers``) are merged and encoded once (issue 29), yet each
+    request carries its own body, length, path and the headers of the mapping it was given: another mapping
+    (a Secret changed: a new notifier) and a request without a body each get their own head."""
+    seen: list[tuple[str, bytes, dict[str, str]]] = []
+
+    async def handle(request: web.Request) -> web.Response:
+        seen.append((request.path_qs, await request.read(), dict(request.headers)))
+        return web.Response(status=200)
+
+    first = shared_headers({"Content-Type": "application/json", "X-Token": "one"})
+    second = shared_headers({"Content-Type": "application/json", "X-Token": "two"})
+    runner, port = await aiohttp_server(handle)
+    try:
+        for path, headers, body in [
+            ("/a", first, b'{"n":1}'),
+            ("/a", first, b'{"n":22}'),
+            ("/b", first, b'{"n":3}'),
+            ("/a", second, b'{"n":4}'),
+            ("/a", first, b""),
+        ]:
+            url = f"http://127.0.0.1:{port}{path}"
+            answer = await client.send(Exchange("POST", url, headers, body, None, LIMIT))
+            assert answer.status == 200
+    finally:
+        await runner.cleanup()
+    assert [(p, b, h.get("X-Token"), h.get("Content-Length")) for p, b, h in seen] == [
+        ("/a", b'{"n":1}', "one", "7"),
+        ("/a", b'{"n":22}', "one", "8"),
+        ("/b", b'{"n":3}', "one", "7"),
+        ("/a", b'{"n":4}', "two", "7"),
+        ("/a", b"", "one", "0"),
+    ]
+    assert all(h["Content-Type"] == "application/json" and h["Accept"] == "*/*" for _, _, h in seen)

@@ -77,3 +77,16 @@ def test_address_forms_cover_a_rewritten_query_and_leave_short_parts_readable() 
     assert not {"full", "en", "v1", "webhooks", "format=full", "lang"} & forms
     assert "a/b c" in address_forms("http://h/a%2Fb%20c")  # percent-decoded too
     assert address_forms("http://h/") == set() and address_forms("http://[::1/x") == set()
+
+
+def test_a_shared_mapping_is_checked_once_and_a_bad_one_refused_every_time() -> None:
+    """``wire_headers`` remembers a read-only mapping it checked (issue 29: once per Provider, not per
+    request): the same answer each time, framing headers still dropped, and a refused one never remembered."""
+    good = shared_headers({"Content-Type": "application/json", "Content-Length": "9"})
+    first = wire_headers(good)
+    assert dict(first) == {"Content-Type": "application/json"}
+    assert wire_headers(good) is first
+    bad = shared_headers({"X-Bad": "a\r\nInjected: 1"})
+    for _ in range(2):
+        with pytest.raises(InvalidHeader):
+            wire_headers(bad)
