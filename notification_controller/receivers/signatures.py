@@ -107,11 +107,9 @@ def validate_payload(req: HookRequest, key: bytes | HMACKey) -> bytes:
     Pinned: a signature is always required (go-github skips the check when the token is empty and no
     signature is sent, which would make an empty-token receiver unauthenticated).
     """
-    has_256 = req.headers.getall(SHA256_HEADER)
-    if has_256:
-        signature = req.headers.single(SHA256_HEADER)
-        only: bytes | None = b"sha256"
-    else:
+    signature = req.headers.single(SHA256_HEADER)
+    only: bytes | None = b"sha256"
+    if signature is None:  # the legacy header counts only when the SHA-256 one is absent (even if empty)
         signature = req.headers.single(SHA1_HEADER)
         only = None
     media = media_type(req.headers.text("Content-Type"))

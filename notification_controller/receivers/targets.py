@@ -26,6 +26,7 @@ outside the inline-safe subset (``Expression.inline_safe``) runs in the sandbox'
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Coroutine, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -83,8 +84,9 @@ class Filters:
     top: Expression | None
     per_resource: tuple[Expression | None, ...]
 
-    @property
+    @functools.cached_property
     def configured(self) -> bool:
+        """Any expression at all (read per request: computed once)."""
         return self.top is not None or any(f is not None for f in self.per_resource)
 
 

@@ -717,13 +717,14 @@ class ReceiverEndpoint:
                     )
                 return self._answer(hook, 500, "patch_failed")
             done = True
-            log.info(
-                "receiver %s (hook %s): handled %s event%s",
-                hook.who,
-                hook.digest,
-                hook.rtype,
-                _event(verified),
-            )
+            if log.isEnabledFor(logging.INFO):
+                log.info(
+                    "receiver %s (hook %s): handled %s event%s",
+                    hook.who,
+                    hook.digest,
+                    hook.rtype,
+                    _event(verified),
+                )
             return self._answer(hook, 200, "accepted")
         finally:
             if replay_key is not None and not done:
