@@ -12,6 +12,7 @@ import hashlib
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
+from types import MappingProxyType
 
 from ..api.event import MD_ORIGIN_REVISION, MD_REVISION, MD_TOKEN, Event
 from ..lib.clock import Clock, SystemClock
@@ -26,15 +27,21 @@ def event_key(event: Event, metadata: Mapping[str, str] | None = None) -> str:
     obj = event.involved_object
     text = f"event/name={obj.name}/namespace={obj.namespace}/kind={obj.kind}/message={event.message}"
     api_version = obj.api_version
-    prefix = api_version.split("/", 1)[0] + "/" if "/" in api_version else "/"  # ``ObjectReference.group``
-    for key in _KEYED:
-        value = md.get(prefix + key)
+    keys = _KEYS_OF.get(api_version)
+    if keys is None:  # the metadata keys of the object's API group, made once per apiVersion
+        group = api_version.split("/", 1)[0] if "/" in api_version else ""  # ``ObjectReference.group``
+        if len(_KEYS_OF) >= 64:
+            _KEYS_OF.clear()  # a client's apiVersion strings must not accumulate
+        keys = _KEYS_OF[api_version] = tuple((key, f"{group}/{key}") for key in _KEYED)
+    for key, prefixed in keys:
+        value = md.get(prefixed)
         if value is not None:
             text += f"/{key}={value}"
     return hashlib.sha256(text.encode("utf-8", errors="surrogatepass")).hexdigest()
 
 
 _KEYED = (MD_ORIGIN_REVISION, MD_REVISION, MD_TOKEN)
+_KEYS_OF: dict[str, tuple[tuple[str, str], ...]] = {}  # apiVersion -> ((key, "<group>/key"), ...)
 
 
 class Decision:
@@ -52,8 +59,21 @@ class Decision:
     def reset(self) -> datetime:
         return datetime.fromtimestamp(self.reset_at, UTC)
 
-    def headers(self) -> dict[str, str]:
+    def headers(self) -> Mapping[str, str]:
+        """``X-RateLimit-*`` (and ``Retry-After`` when refused). Read-only: an admitted event's are shared by
+        every event admitted in the same second (issue 29: one dict, not one per 202)."""
         reset = http_date(self.reset_at)
+        if self.allowed:
+            key = (self.limit, self.remaining, reset)
+            shared = _admitted.get(key)
+            if shared is None:
+                if len(_admitted) >= 8:
+                    _admitted.clear()
+                shared = _admitted[key] = MappingProxyType(
+                    {"X-RateLimit-Limit": str(self.limit), "X-RateLimit-Remaining": str(self.remaining),
+                     "X-RateLimit-Reset": reset}
+                )  # fmt: skip
+            return shared
         out = {
             "X-RateLimit-Limit": str(self.limit),
             "X-RateLimit-Remaining": str(self.remaining),
@@ -63,6 +83,8 @@ class Decision:
             out["Retry-After"] = reset
         return out
 
+
+_admitted: dict[tuple[int, int, str], Mapping[str, str]] = {}  # ``Decision.headers`` of the last few seconds
 
 _DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")

@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 from ..api.event import Event
 from ..core.matching import CompiledAlert, SourceMatch, encode_message
 from ..history.model import Outcome
-from ..metrics import EventMetrics
+from ..metrics import EventMetrics, loop_counter
 from ..objects.base import ObjectStore
 from ..tracing import NOOP, Tracer
 from .filtering import FilterOffload
@@ -61,6 +61,7 @@ class Matcher:
         self.filters = filters
         self.report = report
         self.metrics = metrics
+        self._unmatched_count = loop_counter(metrics.events_unmatched)  # lock-free: metrics.LoopCounter
         self.observe = observe
 
     def _match_event(self, event: Event, event_id: str = "") -> Matched:
@@ -154,10 +155,11 @@ class Matcher:
             self._unmatched(
                 event, event_id, "filtered out by every Alert" if candidates else "no Alert matches"
             )
-            log.debug(
-                "discarding event, no alerts found for the involved object %s",
-                event.involved_object.describe(),
-            )
+            if log.isEnabledFor(logging.DEBUG):  # ``describe`` costs more than the check
+                log.debug(
+                    "discarding event, no alerts found for the involved object %s",
+                    event.involved_object.describe(),
+                )
         return matched, need_labels
 
     async def _match_labels(
@@ -181,7 +183,7 @@ class Matcher:
         return matched
 
     def _unmatched(self, event: Event, event_id: str, detail: str) -> None:
-        self.metrics.events_unmatched.inc()
+        self._unmatched_count.inc()
         history = self.report.history
         if history is not None:
             history.record(Outcome.UNMATCHED, event, event_id, detail=detail)

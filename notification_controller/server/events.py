@@ -38,7 +38,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -314,7 +314,7 @@ class EventEndpoint:
         return await self._stored(event, key, admitted, headers)
 
     async def _stored(
-        self, event: Event, key: str, admitted: Awaitable[int], headers: dict[str, str]
+        self, event: Event, key: str, admitted: Awaitable[int], headers: Mapping[str, str]
     ) -> Response:
         """The 202 once the event's notifications are stored; 503 (and the window released) when the
         store cannot be reached."""
@@ -343,7 +343,7 @@ class EventEndpoint:
         span.set("notification.event.reason", mask(event.reason[:1024]))
         span.set("notification.event.severity", mask(event.severity[:64]))
 
-    def _duplicate(self, event: Event, headers: dict[str, str]) -> Response:
+    def _duplicate(self, event: Event, headers: Mapping[str, str]) -> Response:
         self.metrics.events_rejected.labels(reason="rate_limited").inc()
         if self.history is not None:
             self.history.record(
@@ -355,8 +355,7 @@ class EventEndpoint:
                 status_code=429,
             )
         log.debug("Discarding event, rate limiting duplicate events: %s", event.involved_object.describe())
-        headers["X-Content-Type-Options"] = "nosniff"
-        return Response.text(429, "Too Many Requests\n", headers)
+        return Response.text(429, "Too Many Requests\n", {**headers, "X-Content-Type-Options": "nosniff"})
 
     def _store_unavailable(self, event: Event, exc: StoreError) -> Response:
         self.metrics.events_rejected.labels(reason="store_unavailable").inc()

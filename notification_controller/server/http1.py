@@ -74,10 +74,11 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from email.utils import formatdate
 from http import HTTPStatus
+from types import MappingProxyType
 from typing import Protocol
 
 import httptools
@@ -126,13 +127,13 @@ class Response:
     """An answer: status, extra headers (``Date``, ``Content-Length`` and ``Connection`` are added), body."""
 
     status: int
-    headers: dict[str, str] | None = None
+    headers: Mapping[str, str] | None = None  # a ``MappingProxyType`` (of a dict never changed): encoded once
     body: bytes = b""
     close: bool = field(default=False, kw_only=True)
 
     @classmethod
     def text(
-        cls, status: int, text: str, headers: dict[str, str] | None = None, *, close: bool = False
+        cls, status: int, text: str, headers: Mapping[str, str] | None = None, *, close: bool = False
     ) -> Response:
         """A plain-text answer (``text/plain; charset=utf-8``, as aiohttp's and Go's text answers)."""
         merged = {"Content-Type": _TEXT}
@@ -194,8 +195,17 @@ def encode_response(
     """The bytes of an answer. ``close`` adds ``Connection: close``; an HTTP/1.0 keep-alive answer says
     ``Connection: keep-alive`` (1.0 closes by default)."""
     parts = [_status_line(response.status)]
-    if response.headers:
-        parts.extend(f"{name}: {value}\r\n".encode("latin-1") for name, value in response.headers.items())
+    headers = response.headers
+    if headers:
+        if type(headers) is MappingProxyType:  # shared by many answers (the 202's X-RateLimit-*): once
+            hit = _encoded.get(id(headers))
+            if hit is None or hit[0] is not headers:
+                if len(_encoded) >= 16:
+                    _encoded.clear()
+                hit = _encoded[id(headers)] = (headers, _header_lines(headers))
+            parts.append(hit[1])
+        else:
+            parts.append(_header_lines(headers))
     parts.append(_date.get())
     parts.append(b"Content-Length: %d\r\n" % len(response.body))
     if close:
@@ -208,6 +218,11 @@ def encode_response(
     return b"".join(parts)
 
 
+def _header_lines(headers: Mapping[str, str]) -> bytes:
+    return b"".join(f"{name}: {value}\r\n".encode("latin-1") for name, value in headers.items())
+
+
+_encoded: dict[int, tuple[Mapping[str, str], bytes]] = {}  # id -> (a read-only header map, its lines)
 _BAD_REQUEST = Response.text(400, "Bad Request\n", close=True)
 
 

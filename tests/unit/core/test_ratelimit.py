@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from datetime import UTC, datetime
+from unittest.mock import ANY
 
 import pytest
 
@@ -89,3 +90,17 @@ def test_rfc1123_matches_strftime_in_the_c_locale() -> None:
         datetime(2026, 12, 31, 23, 59, 59, tzinfo=UTC),
     ):
         assert rfc1123_utc(moment) == moment.strftime("%a, %d %b %Y %H:%M:%S UTC")
+
+
+def test_an_admitted_event_s_headers_are_shared_and_read_only() -> None:
+    """Every event admitted in the same second answers with one read-only header map (issue 29: the 202's
+    ``X-RateLimit-*`` built and encoded once); a refused one gets its own, with ``Retry-After``."""
+    clock = ManualClock()
+    limiter = FixedWindowLimiter(10.0, clock)
+    first, second = limiter.take("a").headers(), limiter.take("b").headers()
+    assert first is second
+    assert dict(first) == {"X-RateLimit-Limit": "1", "X-RateLimit-Remaining": "0", "X-RateLimit-Reset": ANY}
+    with pytest.raises(TypeError):
+        first["X-RateLimit-Remaining"] = "5"  # type: ignore[index]
+    refused = limiter.take("a").headers()
+    assert refused is not first and refused["Retry-After"] == refused["X-RateLimit-Reset"]
