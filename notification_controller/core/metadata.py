@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -15,8 +16,7 @@ SOURCE_CONTROLLER = "involved object controller metadata"
 
 def cleanup_metadata(metadata: Mapping[str, str], object_group: str) -> dict[str, str]:
     """Keep ``event.toolkit.fluxcd.io/*`` and ``<group>/*`` keys, minus ``<group>/checksum|digest``."""
-    group_prefix = object_group + "/"
-    dropped = {(group_prefix + MD_CHECKSUM).lower(), (group_prefix + MD_DIGEST).lower()}
+    group_prefix, dropped = _cleanup_keys(object_group)
     out: dict[str, str] = {}
     for key, value in metadata.items():
         if key.startswith(EVENT_ANNOTATION_PREFIX) or key.startswith(group_prefix):
@@ -24,6 +24,13 @@ def cleanup_metadata(metadata: Mapping[str, str], object_group: str) -> dict[str
                 continue
             out[key] = value
     return out
+
+
+@functools.lru_cache(maxsize=64)  # the few API groups of Flux's controllers (a client's: bounded)
+def _cleanup_keys(object_group: str) -> tuple[str, frozenset[str]]:
+    """``<group>/`` and the lower-cased ``<group>/checksum|digest`` keys ``cleanup_metadata`` drops."""
+    prefix = object_group + "/"
+    return prefix, frozenset({(prefix + MD_CHECKSUM).lower(), (prefix + MD_DIGEST).lower()})
 
 
 def exclude_internal_metadata(metadata: Mapping[str, str], object_group: str) -> dict[str, str]:
