@@ -69,6 +69,7 @@ from ..core.webhook import HOOK_PREFIX, path_digest_prefix
 from ..errors import StoreError, VerificationError
 from ..lib.clock import Clock, SystemClock
 from ..lib.promdefs import DEFAULT_BUCKETS, counter, histogram, http_server_metrics
+from ..metrics import loop_counter, loop_histogram
 from ..objects.base import Change, Cluster, ObjectStore
 from ..outbound import OutboundHTTP
 from ..receivers import registry
@@ -386,8 +387,10 @@ class ReceiverEndpoint:
             token_error=token_error,
             filters=filters,
             plan=self.trigger.plan(receiver),
-            outcomes={outcome: requests.labels(rtype, outcome) for outcome in ("accepted", "replayed")},
-            patch_duration=self.metrics.patch_duration.labels(type=rtype),
+            outcomes={
+                outcome: loop_counter(requests.labels(rtype, outcome)) for outcome in ("accepted", "replayed")
+            },
+            patch_duration=loop_histogram(self.metrics.patch_duration.labels(type=rtype)),
         )
 
     # ---- the HTTP layer's Handler -------------------------------------------------------------------------
@@ -500,15 +503,15 @@ class ReceiverEndpoint:
     def _count_unknown(self, outcome: str) -> None:
         child = self._unknown.get(outcome)
         if child is None:
-            child = self._unknown[outcome] = self.metrics.requests.labels("unknown", outcome)
+            child = self._unknown[outcome] = loop_counter(self.metrics.requests.labels("unknown", outcome))
         child.inc()
 
     def _observe(self, method: str, status: int, start: float) -> None:
         key = (method if method in _METHODS else "OTHER", status)  # no free-form label values
         child = self._observed.get(key)
         if child is None:
-            child = self._observed[key] = self.metrics.http_duration.labels(
-                "", HANDLER_LABEL, key[0], str(status)
+            child = self._observed[key] = loop_histogram(
+                self.metrics.http_duration.labels("", HANDLER_LABEL, key[0], str(status))
             )
         child.observe(time.perf_counter() - start)
 
@@ -528,7 +531,9 @@ class ReceiverEndpoint:
         else:
             child = hook.outcomes.get(outcome)
             if child is None:
-                child = hook.outcomes[outcome] = self.metrics.requests.labels(hook.rtype, outcome)
+                child = hook.outcomes[outcome] = loop_counter(
+                    self.metrics.requests.labels(hook.rtype, outcome)
+                )
             child.inc()
             rtype = hook.rtype
         if self.tracing:
