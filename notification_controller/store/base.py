@@ -101,6 +101,27 @@ class KVEntry:
 
 
 @runtime_checkable
+class HeldAppend(Protocol):
+    """A store that appends and leases in one transaction (SQLite): ``append`` whose items marked in
+    ``hold`` come back leased to the caller (attempt 1, ``ack_wait``), so that a worker that is free now
+    delivers them without a ``lease`` of its own; an id already in the outbox is leased to nobody and left
+    out of the answer."""
+
+    async def append_held(self, items: Sequence[NewItem], hold: Sequence[bool]) -> list[Lease]: ...
+
+
+@runtime_checkable
+class BatchOutbox(Protocol):
+    """A store that serves several leases or acks in one call (SQLite: one round trip to its writer thread;
+    NATS: one pull request). ``lease_many``: up to ``limit`` due items of a lane, oldest first (for as many
+    workers waiting now: never ahead of them). ``ack_many``: ``ack`` for each."""
+
+    async def lease_many(self, provider: str, limit: int) -> list[Lease]: ...
+
+    async def ack_many(self, leases: Sequence[Lease]) -> None: ...
+
+
+@runtime_checkable
 class Store(Protocol):
     """The store. Every method may raise ``StoreError``; none blocks the event loop."""
 

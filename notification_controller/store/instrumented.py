@@ -15,7 +15,7 @@ from typing import TypeVar
 
 from ..errors import StoreError
 from ..metrics import DeliveryMetrics
-from .base import DeadLetter, KVEntry, LaneStats, Lease, NewItem, Store
+from .base import BatchOutbox, DeadLetter, HeldAppend, KVEntry, LaneStats, Lease, NewItem, Store
 
 T = TypeVar("T")
 
@@ -44,6 +44,10 @@ class InstrumentedStore:
         self.metrics = metrics
         self.kind = inner.kind
         self.durable = inner.durable
+        self.batches = isinstance(inner, BatchOutbox)
+        """Whether the backend leases and acks in batches (SQLite, NATS); else ``lease_many`` is ``lease``."""
+        self.holds = isinstance(inner, HeldAppend)
+        """Whether ``append_held`` leases anything (SQLite); otherwise it is ``append``."""
         self.healthy = True
         self.last_error = ""
         self._duration = {
@@ -76,6 +80,29 @@ class InstrumentedStore:
 
     async def append(self, items: Sequence[NewItem]) -> None:
         await self._call("append", lambda: self.inner.append(items))
+
+    async def append_held(self, items: Sequence[NewItem], hold: Sequence[bool]) -> list[Lease]:
+        """``HeldAppend.append_held`` of the backend; a backend without it appends and leases nothing."""
+        inner = self.inner
+        if isinstance(inner, HeldAppend):
+            return await self._call("append", lambda: inner.append_held(items, hold))
+        await self.append(items)
+        return []
+
+    async def lease_many(self, provider: str, limit: int) -> list[Lease]:
+        inner = self.inner
+        if isinstance(inner, BatchOutbox):
+            return await self._call("lease", lambda: inner.lease_many(provider, limit))
+        one = await self.lease(provider)
+        return [one] if one is not None else []
+
+    async def ack_many(self, leases: Sequence[Lease]) -> None:
+        inner = self.inner
+        if isinstance(inner, BatchOutbox):
+            await self._call("ack", lambda: inner.ack_many(leases))
+            return
+        for lease in leases:
+            await self.ack(lease)
 
     async def lease(self, provider: str) -> Lease | None:
         return await self._call("lease", lambda: self.inner.lease(provider))

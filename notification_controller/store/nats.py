@@ -425,6 +425,10 @@ class NATSStore:
                 headers={"Nats-Msg-Id": item.id, H_ID: item.id, H_ENQUEUED: now},
             )
 
+        if len(items) == 1:  # the common event: no task for a gather of one
+            await self._retrying("append", publish(items[0]))
+            return
+        # the event's publishes pipelined on the connection: one round trip, whatever their number
         await asyncio.gather(*(self._retrying("append", publish(i)) for i in items))
 
     async def _lane(self, js: JetStreamContext, provider: str) -> JetStreamContext.PullSubscription:
@@ -451,15 +455,27 @@ class NATSStore:
             return sub
 
     async def lease(self, provider: str) -> Lease | None:
-        # One message per fetch: a message fetched is invisible to every other replica until it is acked
-        # or its ack wait runs out, so fetching ahead would hide work from replicas that could do it.
+        leases = await self.lease_many(provider, 1)
+        return leases[0] if leases else None
+
+    async def lease_many(self, provider: str, limit: int) -> list[Lease]:
+        """One pull request for ``limit`` messages: the runner asks for as many as it has workers waiting
+        now (``batches.Coalescer``), never ahead of them: a message fetched is invisible to every other
+        replica until it is acked or its ack wait runs out."""
         async with self._guard("lease") as js:
             sub = await self._lane(js, provider)
             try:
-                msgs = await sub.fetch(1, timeout=self.fetch_wait)
+                msgs = await sub.fetch(max(1, limit), timeout=self.fetch_wait)
             except nats.errors.TimeoutError:
-                return None
-        msg = msgs[0]
+                return []
+        return [self._leased(provider, msg) for msg in msgs]
+
+    async def ack_many(self, leases: Sequence[Lease]) -> None:
+        """``ack`` for each: acks are published without waiting (pipelined on the connection)."""
+        for lease in leases:
+            await self.ack(lease)
+
+    def _leased(self, provider: str, msg: Msg) -> Lease:
         headers = msg.headers or {}
         token = uuid.uuid4().hex
         self._inflight[token] = msg

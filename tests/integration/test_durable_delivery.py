@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import io
+import itertools
 import json
 from pathlib import Path
 
 import aiohttp
+from aiohttp import web
 
 from notification_controller.deadletters import main as dead_letters
 from tests.support.controllers import ControllerProcess, FlakySink, event, manifests, post_event
@@ -53,6 +55,73 @@ async def test_sigkill_mid_burst_loses_nothing(tmp_path: Path) -> None:
         # at-least-once: only the deliveries in flight at the kill (2 workers) may be sent twice
         assert sink.duplicates <= 2, sink.keys.most_common(5)
         assert await proc.metric("notification_dead_letters_total") == 0
+        assert await proc.stop() == 0
+
+
+class _ByEvent(FlakySink):
+    """Also records which event each notification key belongs to (the generic payload is the event)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events: dict[str, set[str]] = {}
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        answer = await super()._handle(request)
+        if answer.status == 200:
+            name = json.loads(self.bodies[-1])["involvedObject"]["name"]
+            self.events.setdefault(name, set()).add(request.headers.get("Idempotency-Key", ""))
+        return answer
+
+
+async def test_sigkill_in_the_middle_of_group_commits_keeps_every_202_and_splits_no_event(
+    tmp_path: Path,
+) -> None:
+    """24 clients POST without pause, so the writer thread always has a batch of several events open (their
+    admissions, the workers' leases and acks in one transaction); SIGKILL lands in one. Every 202 is then
+    delivered; an event whose answer never came is delivered with both its notifications or not at all (one
+    transaction, never half); duplicates only from the leases held at the kill (4 workers)."""
+    async with _ByEvent() as sink:
+        proc = controller(tmp_path, sink, "--provider-concurrency=4", alerts=2)
+        await proc.start()
+        sink.delay = 0.005  # delivery lags the POSTs: leases, acks and appends share the batches
+        accepted: set[str] = set()
+        unanswered: set[str] = set()
+        killed = asyncio.Event()
+
+        async def client(c: int) -> None:
+            async with aiohttp.ClientSession() as session:
+                for i in itertools.count():
+                    name = f"c{c}-{i}"
+                    try:
+                        status = await post_event(session, proc.events_url, event(name))
+                    except (aiohttp.ClientError, OSError):
+                        unanswered.add(name)  # in flight at the kill: stored or not, not answered
+                        return
+                    (accepted if status == 202 else unanswered).add(name)
+                    if killed.is_set():
+                        return
+
+        clients = [asyncio.create_task(client(c)) for c in range(24)]
+        async with asyncio.timeout(60):
+            while len(accepted) < 400:
+                await asyncio.sleep(0.01)
+        await proc.kill()
+        killed.set()
+        await asyncio.gather(*clients)
+        assert unanswered, "no POST was in flight at the kill: nothing was proven"
+        sink.delay = 0.0
+        await proc.start()  # same file
+        async with asyncio.timeout(90):
+            while not all(len(sink.events.get(name, ())) == 2 for name in accepted):
+                await asyncio.sleep(0.1)
+        await asyncio.sleep(2.5)  # past the ack wait: the leases held at the kill have run out
+        lost = [name for name in accepted if len(sink.events.get(name, ())) != 2]
+        assert not lost, f"answered 202, not delivered: {lost[:5]}"
+        halves = [name for name in unanswered if len(sink.events.get(name, ())) == 1]
+        assert not halves, f"an event half stored: {halves[:5]}"
+        assert set(sink.events) <= accepted | unanswered
+        assert max(sink.keys.values()) <= 2
+        assert sink.duplicates <= 4, sink.keys.most_common(6)
         assert await proc.stop() == 0
 
 

@@ -159,3 +159,81 @@ async def test_an_unusable_file_is_a_store_error(tmp_path: Path) -> None:
     unstarted = SQLiteStore(tmp_path / "x.db")
     with pytest.raises(StoreError, match="not started"):
         await unstarted.ping()
+
+
+IN_BATCH = textwrap.dedent(
+    """
+    import asyncio, sys, threading
+    from notification_controller.store import NewItem
+    from notification_controller.store.sqlite import SQLiteStore
+
+    async def main(path: str) -> None:
+        store = SQLiteStore(path, ack_wait=3600)
+        await store.start()
+        await store.append([NewItem("before", "ns/p", b"x")])
+        print("202 before", flush=True)
+
+        def hold(c: object) -> None:  # the last call of the batch: the transaction stays open
+            print("in-batch", flush=True)
+            threading.Event().wait()
+
+        async def admit(name: str, items: list[NewItem]) -> None:
+            await store.append(items)
+            print("202", name, flush=True)
+
+        async def window() -> None:
+            print("seen", await store.seen("event-key", 300), flush=True)
+
+        # one turn of the event loop: one batch, one transaction (store/sqlite.py _Writer.submit)
+        await asyncio.gather(
+            admit("one", [NewItem("one", "ns/p", b"1")]),
+            admit("two", [NewItem("two-a", "ns/p", b"2"), NewItem("two-b", "ns/q", b"2")]),
+            window(),
+            store._run(hold),
+        )
+
+    asyncio.run(main(sys.argv[1]))
+    """
+)
+
+
+async def test_sigkill_inside_a_group_commit_keeps_what_was_answered_and_nothing_unanswered(
+    tmp_path: Path,
+) -> None:
+    """A batch of two events' appends and a duplicate-window claim is held open by its last call; SIGKILL
+    then. Nothing of the open batch was answered (the 202 waits for the commit), none of its rows is in the
+    file afterwards, what was answered before is, and the claim went with the batch (the emitter's retry is
+    not called a duplicate)."""
+    path = tmp_path / "state.db"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        IN_BATCH,
+        str(path),
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert proc.stdout is not None
+    lines: list[str] = []
+    async with asyncio.timeout(60):
+        while "in-batch" not in lines:
+            line = await proc.stdout.readline()
+            assert line, f"the writer died: {lines}"
+            lines.append(line.decode().strip())
+    await asyncio.sleep(0.5)  # an answer given before the commit would be printed by now
+    await _kill(proc)
+    lines += [line.strip() for line in (await proc.stdout.read()).decode().splitlines()]
+    assert [line for line in lines if line.startswith(("202", "seen"))] == ["202 before"], lines
+
+    store = SQLiteStore(path)
+    await store.start()
+    try:
+        found = set()
+        for lane in ("ns/p", "ns/q"):
+            while (lease := await store.lease(lane)) is not None:
+                found.add(lease.id)
+        assert found == {"before"}
+        assert await store.seen("event-key", 300) is False  # the claim went with the batch
+    finally:
+        await store.close()

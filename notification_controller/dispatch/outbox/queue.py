@@ -9,6 +9,12 @@ notifications become dead letters: counted, logged, and a Warning Event
 ``NotificationDeadLettered`` on the Alert; a lane paused by its circuit breaker is a Warning Event
 ``DeliveryPaused`` on the Provider (``DeliveryResumed`` when it recovers) and a gauge.
 
+**Hand-off** (issue 29 item 4): with a store that appends and leases in one transaction (SQLite), the
+notifications of an event whose lane has a free worker are appended already leased to it (``reserve``,
+``append_held``, ``start_held``): the worker delivers the ``Notification`` it was given, without a
+``lease`` round trip or decoding the stored payload. The 202 still waits for the commit; a held item of a
+killed process is delivered again once its lease runs out, as one killed in delivery.
+
 The history (``Reporter.history``): an attempt that will be retried is recorded ``retrying`` (the runner's
 ``on_retry``: the delay is in the detail), a dead letter ``dead_lettered`` with its last attempt's answer
 (kept from ``_deliver`` until the runner decides: at most ``MAX_UNSETTLED`` results, by lease id).
@@ -17,6 +23,7 @@ The history (``Reporter.history``): an attempt that will be retried is recorded 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
@@ -27,7 +34,7 @@ from ...lib.clock import Clock
 from ...logsetup import fields, object_fields
 from ...metrics import DeliveryMetrics
 from ...objects.base import ObjectRef, ObjectStore
-from ...store.base import LaneStats, Lease, NewItem, Store
+from ...store.base import HeldAppend, LaneStats, Lease, NewItem, Store
 from ..model import DeliveryOutcome, Notification, Result
 from ..report import Reporter
 from .breaker import BreakerState
@@ -41,6 +48,11 @@ log = logging.getLogger(__name__)
 
 MAX_UNSETTLED = 10_000
 """Failed attempts' results kept until the runner retries or dead-letters them (history only)."""
+MAX_RECENT = 10_000
+"""Notifications this process appended, kept decoded by id until their first attempt, so that a worker
+does not decode what the dispatcher has just encoded (the stored payload is decoded for the older ones, for
+redeliveries and for other replicas' items). The memory lanes' default ``--max-pending-notifications``:
+the memory a backlog may hold here is what the memory store would hold."""
 
 
 class DurableOutbox:
@@ -73,6 +85,11 @@ class DurableOutbox:
             on_retry=self._retrying if report.history is not None else None,
         )
         self._unsettled: OrderedDict[str, Result] = OrderedDict()
+        self._recent: OrderedDict[str, Notification] = OrderedDict()
+        # a backend that appends and leases in one transaction (InstrumentedStore.holds: its backend does)
+        self._holding = (
+            store.append_held if isinstance(store, HeldAppend) and getattr(store, "holds", True) else None
+        )
         self._gauged: set[str] = set()
         self.on_paused = on_paused
         """Called with a lane (``namespace/name``) whose breaker opened or closed (the app requests a
@@ -83,11 +100,45 @@ class DurableOutbox:
 
     async def enqueue(self, notifications: Sequence[Notification], /) -> None:
         """Store every notification of one event (one transaction where the backend has them)."""
-        await self.store.append([NewItem(n.id, n.lane, n.to_json()) for n in notifications])
+        items = [NewItem(n.id, n.lane, n.to_json()) for n in notifications]
+        runner = self.runner
+        hold = [runner.reserve(n.lane) for n in notifications] if self._holding is not None else []
+        if any(hold):
+            await self._append_held(notifications, items, hold)
+        else:
+            await self.store.append(items)
+        recent = self._recent
         for n in notifications:
             self.report.of(n.provider_type).notifications.inc()
-        for lane in {n.lane for n in notifications}:
-            self.runner.wake(lane)
+            recent[n.id] = n
+        while len(recent) > MAX_RECENT:
+            recent.popitem(last=False)
+        for n, held in itertools.zip_longest(notifications, hold):
+            if not held:
+                runner.wake(n.lane)
+
+    async def _append_held(
+        self, notifications: Sequence[Notification], items: list[NewItem], hold: list[bool]
+    ) -> None:
+        runner = self.runner
+        assert self._holding is not None
+        try:
+            leases = await self._holding(items, hold)
+        except BaseException:  # not stored (or, cancelled, maybe stored: its lease runs out)
+            for n, held in zip(notifications, hold, strict=True):
+                if held:
+                    runner.unreserve(n.lane)
+            raise
+        given = {lease.id: lease for lease in leases}
+        for n, held in zip(notifications, hold, strict=True):
+            if not held:
+                continue
+            lease = given.get(n.id)
+            if lease is None:  # already in the outbox: not ours to deliver
+                runner.unreserve(n.lane)
+                continue
+            self._recent[n.id] = n  # before the worker starts (the loop runs it later)
+            runner.start_held(n.lane, lease)
 
     def close(self) -> None:
         """Nothing to refuse: an event the server still answers is stored."""
@@ -102,15 +153,18 @@ class DurableOutbox:
         return 0
 
     async def _deliver(self, lease: Lease) -> Result:
-        try:
-            notification = Notification.from_json(lease.payload)
-        except ControllerError as exc:  # written by an incompatible version: keep it, do not retry
-            return Result(DeliveryOutcome.PERMANENT, str(exc))
+        notification = self._recent.pop(lease.id, None) if lease.attempts == 1 else None
+        if notification is None:
+            try:
+                notification = Notification.from_json(lease.payload)
+            except ControllerError as exc:  # written by an incompatible version: keep it, do not retry
+                return Result(DeliveryOutcome.PERMANENT, str(exc))
         ptype = notification.provider_type
         self.metrics.attempts.labels(provider_type=ptype).inc()
         if lease.attempts > 1:
             self.metrics.redeliveries.labels(provider_type=ptype).inc()
-        notification = dataclasses.replace(notification, attempt=lease.attempts)
+        if notification.attempt != lease.attempts:
+            notification = dataclasses.replace(notification, attempt=lease.attempts)
         result = await self.deliver(notification, idempotency_key=notification.id)
         if self.report.history is not None and (
             result.outcome is DeliveryOutcome.RETRY or result.outcome is DeliveryOutcome.PERMANENT

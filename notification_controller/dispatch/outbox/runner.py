@@ -18,6 +18,9 @@ and this module drains the outbox:
 Which lanes have work is learnt from ``Store.stats()`` every ``poll_interval`` (other replicas append too)
 and, for what this process appends, at once through ``wake``. Everything here is owned and stopped by
 ``stop``; time is injected.
+
+With a ``BatchOutbox`` store (SQLite, NATS) leases and acks go in batches, and with SQLite an item appended
+for a free worker is handed to it leased (``batches.py``, issue 29 item 4).
 """
 
 from __future__ import annotations
@@ -31,8 +34,9 @@ from collections.abc import Awaitable, Callable
 
 from ...errors import StoreError
 from ...lib.clock import Clock, SystemClock
-from ...store.base import LaneStats, Lease, Store
+from ...store.base import BatchOutbox, LaneStats, Lease, Store
 from ..model import DeliveryOutcome, Result
+from .batches import Coalescer, HandOff, Lane
 from .breaker import BreakerState, CircuitBreaker
 from .policy import DurableSettings
 
@@ -56,15 +60,7 @@ StatsHook = Callable[[dict[str, LaneStats]], None]
 """Called with every poll's depth and oldest age per lane (gauges)."""
 
 
-class _Lane:
-    __slots__ = ("breaker", "workers")
-
-    def __init__(self, breaker: CircuitBreaker) -> None:
-        self.breaker = breaker
-        self.workers = 0
-
-
-class OutboxRunner:
+class OutboxRunner(HandOff):
     """Drains a durable ``Store``'s outbox through ``deliver``; see the module docstring."""
 
     def __init__(
@@ -84,6 +80,7 @@ class OutboxRunner:
         self.store = store
         self.deliver = deliver
         self.settings = settings or DurableSettings()
+        self.concurrency = self.settings.concurrency
         self.clock = clock or SystemClock()
         self._on_dead_letter = on_dead_letter
         self._on_breaker = on_breaker
@@ -91,13 +88,15 @@ class OutboxRunner:
         self._on_stats = on_stats
         self._on_retry = on_retry
         self._rng = rng or random.Random()
-        self._lanes: dict[str, _Lane] = {}
+        self._lanes: dict[str, Lane] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
         self._woken: set[str] = set()
         self._running = False
         self._supervisor: asyncio.Task[None] | None = None
         self._last_errors: OrderedDict[str, str] = OrderedDict()  # id → last error, for a later max-age
+        self._batches = isinstance(store, BatchOutbox) and bool(getattr(store, "batches", True))
+        self._ack = Coalescer(self._ack_many, None, self._own) if self._batches else None
         self.attempts = 0
         self.store_errors = 0
 
@@ -126,6 +125,9 @@ class OutboxRunner:
         """This process appended to ``provider``'s lane: start its workers without waiting for the poll."""
         self._woken.add(provider)
         self._wake.set()
+        lane = self._lanes.get(provider)
+        if lane is not None:
+            lane.appended += 1
 
     def breaker(self, provider: str) -> CircuitBreaker | None:
         lane = self._lanes.get(provider)
@@ -158,15 +160,25 @@ class OutboxRunner:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=max(0.01, poll_at - self.clock.monotonic()))
 
+    def _new_lane(self, key: str) -> Lane:
+        breaker = CircuitBreaker(
+            self.clock, threshold=self.settings.breaker_threshold, cooldown=self.settings.breaker_cooldown
+        )
+        store = self.store
+        if not self._batches or not isinstance(store, BatchOutbox):
+            return Lane(breaker, None)
+        return Lane(breaker, Coalescer(lambda wanting: store.lease_many(key, len(wanting)), None, self._own))
+
+    async def _ack_many(self, leases: list[Lease]) -> list[None]:
+        assert isinstance(self.store, BatchOutbox)
+        await self.store.ack_many(leases)
+        return []
+
     def _fill(self, key: str) -> None:
         lane = self._lanes.get(key)
         if lane is None:
-            breaker = CircuitBreaker(
-                self.clock,
-                threshold=self.settings.breaker_threshold,
-                cooldown=self.settings.breaker_cooldown,
-            )
-            lane = self._lanes[key] = _Lane(breaker)
+            lane = self._lanes[key] = self._new_lane(key)
+        lane.appended += 1
         # open: one worker waits for the cool-down, then probes; closed: the lane's full concurrency
         wanted = self.settings.concurrency if lane.breaker.state is BreakerState.CLOSED else 1
         while self._running and lane.workers < wanted:
@@ -175,8 +187,15 @@ class OutboxRunner:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _work(self, key: str, lane: _Lane) -> None:
+    async def _work(self, key: str, lane: Lane, held: Lease | None = None) -> None:
         try:
+            if held is not None:
+                if lane.breaker.allow():
+                    await self._attempt(key, lane, held)
+                else:  # the breaker opened since the slot was reserved: due again at once, not delivered
+                    await self._settle("nack", self.store.nack(held, delay=0.0))
+                if not lane.backlog:  # nothing else known to be due: the slot is free again
+                    return
             while self._running:
                 breaker = lane.breaker
                 if not breaker.allow():
@@ -184,8 +203,9 @@ class OutboxRunner:
                         await asyncio.sleep(max(0.01, breaker.reopens_in))
                         continue
                     return  # half-open and another worker is the probe
+                asked = lane.appended
                 try:
-                    lease = await self.store.lease(key)
+                    lease = await (lane.leases(None) if lane.leases else self.store.lease(key))
                 except StoreError as exc:
                     breaker.release()
                     self._store_error("lease", exc)
@@ -193,18 +213,13 @@ class OutboxRunner:
                     continue
                 if lease is None:
                     breaker.release()
+                    lane.drained = max(lane.drained, asked)
                     return
                 await self._attempt(key, lane, lease)
         finally:
-            lane.workers -= 1
-            if (
-                lane.workers == 0
-                and lane.breaker.state is BreakerState.CLOSED
-                and self._lanes.get(key) is lane
-            ):
-                del self._lanes[key]
+            self._left(key, lane)
 
-    async def _attempt(self, key: str, lane: _Lane, lease: Lease) -> None:
+    async def _attempt(self, key: str, lane: Lane, lease: Lease) -> None:
         age = self.clock.now().timestamp() - lease.enqueued_at
         if age > self.settings.max_age:
             lane.breaker.release()
@@ -244,7 +259,7 @@ class OutboxRunner:
         if result.outcome is DeliveryOutcome.PERMANENT:
             await self._dead(lease, "permanent", result.error)
         else:
-            await self._settle("ack", self.store.ack(lease))
+            await self._settle("ack", self._ack(lease) if self._ack else self.store.ack(lease))
 
     async def _dead(self, lease: Lease, reason: str, error: str) -> None:
         if await self._settle("dead_letter", self.store.dead_letter(lease, reason=reason, error=error)):
