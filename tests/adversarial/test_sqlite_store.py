@@ -187,6 +187,41 @@ async def test_a_full_disk_is_503_within_a_bound_and_unready_then_recovers(tmp_p
         subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
+async def test_an_append_whose_commit_fails_is_not_answered_as_stored(tmp_path: Path) -> None:
+    """Group commit answers claims and acks before the commit, appends only after it: on a full disk the
+    statements of a batch succeed in memory and its COMMIT fails (the WAL cannot grow), so an append
+    answered with the others would be a 202 for nothing stored. Both appends (plain and handed to a
+    worker) must raise, and nothing of them may be in the file once there is room again."""
+    from notification_controller.errors import StoreError
+    from notification_controller.store.base import NewItem
+
+    disk = tmp_path / "disk"
+    _mount_tmpfs(disk, "2m")
+    try:
+        store = SQLiteStore(disk / "state.db", timeout=2.0)
+        await store.start()
+        filler = disk / "filler"
+        try:
+            with contextlib.suppress(OSError), open(filler, "wb") as f:  # ENOSPC ends it
+                for _ in range(4096):
+                    f.write(b"\0" * 4096)
+                    f.flush()
+            big = b"x" * (256 << 10)  # more than the WAL may still hold
+            claimed = asyncio.create_task(store.seen("k", 60))  # in the same batch: answered early
+            with pytest.raises(StoreError):
+                await store.append([NewItem("plain", "ns/p", big)])
+            assert await claimed is False
+            with pytest.raises(StoreError):
+                await store.append_held([NewItem("held", "ns/p", big)], [True])
+            filler.unlink()  # room again
+            assert await store.lease("ns/p") is None  # neither was stored
+            assert await store.stats() == {}
+        finally:
+            await store.close()
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
 async def test_sigterm_with_a_locked_store_exits_within_the_grace_period(tmp_path: Path) -> None:
     db = tmp_path / "state.db"
     async with FlakySink() as sink, aiohttp.ClientSession() as session:
