@@ -71,6 +71,8 @@ class Matcher:
 
     def _match(self, event: Event, event_id: str) -> Matched:
         candidates = self._candidates(event, event_id)
+        if not candidates:  # no Alert takes the object (the common case): nothing to filter
+            return self._split(event, candidates, [], event_id)[0], None
         message = event.message
         size = len(message) if message.isascii() else 4 * len(message)  # UTF-8 bytes, at most
         cost = sum(compiled.filter_cost(size) for compiled, _ in candidates)
