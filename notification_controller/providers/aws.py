@@ -156,7 +156,7 @@ class AWSNotifier(HTTPNotifier):
         key_id = _secret_text(data, ACCESS_KEY_ID)
         secret = _secret_text(data, SECRET_ACCESS_KEY)
         token = _secret_text(data, SESSION_TOKEN)
-        if bool(key_id) != bool(secret):
+        if (key_id and not secret) or (secret and not key_id):  # one without the other
             missing = ACCESS_KEY_ID if not key_id else SECRET_ACCESS_KEY
             raise ProviderConfigError(
                 f"invalid AWS credentials in the Secret: '{missing}' is missing "
