@@ -112,8 +112,8 @@ class HeldAppend(Protocol):
 
 @runtime_checkable
 class BatchOutbox(Protocol):
-    """A store that serves several leases or acks in one call (SQLite: one round trip to its writer thread;
-    NATS: one pull request). ``lease_many``: up to ``limit`` due items of a lane, oldest first (for as many
+    """A store that serves several leases or acks in one call (SQLite: one round trip to its writer thread
+    and one share of a commit; NATS is not one, see ``NATSStore.lease``). ``lease_many``: up to ``limit`` due items of a lane, oldest first (for as many
     workers waiting now: never ahead of them). ``ack_many``: ``ack`` for each."""
 
     async def lease_many(self, provider: str, limit: int) -> list[Lease]: ...

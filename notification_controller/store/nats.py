@@ -455,25 +455,18 @@ class NATSStore:
             return sub
 
     async def lease(self, provider: str) -> Lease | None:
-        leases = await self.lease_many(provider, 1)
-        return leases[0] if leases else None
-
-    async def lease_many(self, provider: str, limit: int) -> list[Lease]:
-        """One pull request for ``limit`` messages: the runner asks for as many as it has workers waiting
-        now (``batches.Coalescer``), never ahead of them: a message fetched is invisible to every other
-        replica until it is acked or its ack wait runs out."""
+        # One message per fetch: a message fetched is invisible to every other replica until it is acked
+        # or its ack wait runs out, so fetching ahead would hide work from replicas that could do it. Not a
+        # ``BatchOutbox``: one pull request for the workers waiting (``fetch(n)``) cost 8 % more instructions
+        # per notification than one each (callgrind, 2.62 M against 2.43 M: nats-py's batch fetch adds a
+        # no-wait probe and a "no messages" status per short batch).
         async with self._guard("lease") as js:
             sub = await self._lane(js, provider)
             try:
-                msgs = await sub.fetch(max(1, limit), timeout=self.fetch_wait)
+                msgs = await sub.fetch(1, timeout=self.fetch_wait)
             except nats.errors.TimeoutError:
-                return []
-        return [self._leased(provider, msg) for msg in msgs]
-
-    async def ack_many(self, leases: Sequence[Lease]) -> None:
-        """``ack`` for each: acks are published without waiting (pipelined on the connection)."""
-        for lease in leases:
-            await self.ack(lease)
+                return None
+        return self._leased(provider, msgs[0])
 
     def _leased(self, provider: str, msg: Msg) -> Lease:
         headers = msg.headers or {}

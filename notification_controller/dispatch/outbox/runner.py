@@ -19,7 +19,7 @@ Which lanes have work is learnt from ``Store.stats()`` every ``poll_interval`` (
 and, for what this process appends, at once through ``wake``. Everything here is owned and stopped by
 ``stop``; time is injected.
 
-With a ``BatchOutbox`` store (SQLite, NATS) leases and acks go in batches, and with SQLite an item appended
+With a ``BatchOutbox`` store (SQLite) leases and acks go in batches, and an item appended
 for a free worker is handed to it leased (``batches.py``, issue 29 item 4).
 """
 
