@@ -133,6 +133,7 @@ async def rig() -> AsyncIterator[Rig]:
 def test_a_ref_is_made_once_per_object_version() -> None:
     """``Ref.of`` remembers the Ref of an object (issue 29: not one per notification) by identity: a new
     version of the object (the store swaps objects on every change) gets its own, with its generation."""
+
     def parsed(doc: dict[str, Any]) -> Provider:
         obj = parse_object(doc)
         assert isinstance(obj, Provider)

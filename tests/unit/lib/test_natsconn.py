@@ -25,5 +25,5 @@ def test_the_store_settings_read_the_password_file_once_with_a_clear_error(tmp_p
     auth = StoreSettings(url="nats://127.0.0.1:4222", nats_user="flux", nats_password_file=secret).nats_auth()
     assert (auth.user, auth.password, auth.creds_file) == ("flux", "nats-pass-1", None)
     missing = StoreSettings(url="nats://127.0.0.1:4222", nats_password_file=tmp_path / "absent")
-    with pytest.raises(ConfigError, match="cannot read --store-nats-password-file .*absent.*: No such file"):
+    with pytest.raises(ConfigError, match=r"cannot read --store-nats-password-file .*absent.*: No such file"):
         missing.nats_auth()
