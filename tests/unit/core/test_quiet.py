@@ -6,9 +6,12 @@ import time
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from notification_controller.api.event import Event
 from notification_controller.api.silence import MAX_MATCHER_VALUE, MAX_MATCHERS, Matcher
+from notification_controller.core import quiet
 from notification_controller.core.quiet import MAX_FIELD, EventFields, compiled
 
 
@@ -78,3 +81,36 @@ def test_a_hostile_silence_against_a_hostile_event_is_bounded() -> None:
     predicate(EventFields(ev))
     assert time.process_time() - start < 1.0
     assert len(EventFields(ev)["metadata.k"]) == MAX_FIELD
+
+
+@given(
+    st.lists(
+        st.sampled_from(["apps-web", "apps-", "web", "apps-web-2", "x" * 300, "", "apps-\u00e9"]), max_size=30
+    )
+)
+def test_remembered_answers_are_the_answers_and_stay_bounded(names: list[str]) -> None:
+    """The memo of a regex's answers (module docstring) answers as RE2 does, for a matcher and its negation,
+    texts over ``SEEN_TEXT`` (never remembered) included; it never holds more than ``SEEN_SIZE``."""
+    positive = compiled([Matcher.parse("name=~apps-.*")])
+    negative = compiled([Matcher.parse("name!~apps-.*")])
+    for name in names * 2:  # the second time from the memo
+        fields = EventFields(
+            event(involvedObject={"kind": "Kustomization", "namespace": "apps", "name": name})
+        )
+        expected = name.startswith("apps-")
+        assert positive(fields) is expected
+        assert negative(fields) is not expected
+    assert len(quiet._SEEN) <= quiet.SEEN_SIZE
+    assert all(len(text) <= quiet.SEEN_TEXT for _, text in quiet._SEEN)
+
+
+def test_the_memo_is_cleared_when_full(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(quiet, "SEEN_SIZE", 8)
+    monkeypatch.setattr(quiet, "_SEEN", {})
+    predicate = compiled([Matcher.parse("name=~app-[0-9]+-memo")])  # a program of its own
+    for i in range(50):
+        fields = EventFields(
+            event(involvedObject={"kind": "Kustomization", "namespace": "apps", "name": f"app-{i}-memo"})
+        )
+        assert predicate(fields)
+        assert len(quiet._SEEN) <= 8
