@@ -51,8 +51,9 @@ from ..errors import StoreError
 from ..history.model import Outcome
 from ..history.recorder import Recorder
 from ..metrics import EventMetrics, Observe, loop_counter, loop_histogram
-from ..tracing import CURRENT, NOOP, Span, SpanKind, Tracer, current
+from ..tracing import NOOP, Tracer, current
 from .http1 import HTTPServer, Request, Response, ServerLimits
+from .spans import CLIENT_CLOSED, serve_traced
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +63,6 @@ KNOWN_PATHS = frozenset({_HANDLER})
 """Paths reported as themselves with ``--export-http-path-metrics`` (Flux's controllers POST to ``/``)."""
 OTHER_PATH = "other"
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "CONNECT", "TRACE"})
-CLIENT_CLOSED = 499  # metric code of a request whose client went away (nginx's convention), never a 5xx
 # answers the HTTP server gives by itself (server/http1.py), by the reason they are counted under
 _REJECTED_BY_SERVER = {413: "too_large"} | dict.fromkeys((400, 417, 431, 501), "bad_request")
 
@@ -158,42 +158,10 @@ class EventEndpoint:
         return self._finish(request, result, start)
 
     def _traced(self, request: Request) -> Response | Coroutine[Any, Any, Response]:
-        """``_handle`` in a server span (see the module docstring)."""
+        """``_handle`` in a server span (``spans.py``)."""
         method = request.method if request.method in _METHODS else "OTHER"
-        span = self.tracer.start(
-            f"{method} {_HANDLER}",
-            parent=request.header("traceparent"),
-            kind=SpanKind.SERVER,
-            attributes={"http.request.method": method, "url.path": path_label(request.path)},
-        )
-        token = CURRENT.set(span)
-        try:
-            result = self._handle(request)
-        except BaseException as exc:
-            span.fail(type(exc).__name__)
-            span.end()
-            raise
-        finally:
-            CURRENT.reset(token)
-        if isinstance(result, Response):
-            _answered(span, result.status)
-            return result
-        return self._traced_finish(result, span)
-
-    @staticmethod
-    async def _traced_finish(pending: Coroutine[Any, Any, Response], span: Span) -> Response:
-        token = CURRENT.set(span)  # this task's context: the durable admission is part of the trace
-        status = 500
-        try:
-            response = await pending
-            status = response.status
-            return response
-        except asyncio.CancelledError:
-            status = CLIENT_CLOSED
-            raise
-        finally:
-            CURRENT.reset(token)
-            _answered(span, status)
+        attributes = {"http.request.method": method, "url.path": path_label(request.path)}
+        return serve_traced(self.tracer, f"{method} {_HANDLER}", request, attributes, self._handle)
 
     def refused(self, request: Request, status: int) -> Response:
         """Answers the HTTP server gives itself (413 body too large; 400 body too slow, Host missing or
@@ -363,13 +331,6 @@ class EventEndpoint:
             self.history.refused(event, new_id(), 503, "store_unavailable", f"state store unavailable: {exc}")
         log.warning("refusing event for %s (503): %s", event.involved_object.describe(), exc)
         return Response.text(503, "state store unavailable\n", {"Retry-After": "5"})
-
-
-def _answered(span: Span, status: int) -> None:
-    span.set("http.response.status_code", status)
-    if status >= 500:
-        span.fail(str(status))
-    span.end()
 
 
 def path_label(path: str) -> str:

@@ -94,8 +94,9 @@ from ..receivers.targets import (
 from ..sandbox import SandboxPool
 from ..settings import EventSettings, ReceiverSettings
 from ..store.base import Store
-from ..tracing import CURRENT, NOOP, Span, SpanKind, Tracer, current
+from ..tracing import NOOP, Tracer, current
 from .http1 import HTTPServer, Request, Response, ServerLimits
+from .spans import CLIENT_CLOSED, serve_traced
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +104,6 @@ MAX_BODY = 3 * 1024 * 1024
 HANDLER_LABEL = "/hook/"
 _HOOK_PREFIX = HOOK_PREFIX.encode("ascii")
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "CONNECT", "TRACE"})
-CLIENT_CLOSED = 499  # metric code of a request whose client went away before its body (nginx's convention)
 _ENCODING = b"content-encoding"
 
 
@@ -447,42 +447,10 @@ class ReceiverEndpoint:
             self._observe(request.method, status, start)
 
     def _traced(self, request: Request) -> Response | Coroutine[Any, Any, Response]:
-        """``_handle`` in a server span (see the module docstring)."""
+        """``_handle`` in a server span (``spans.py``)."""
         method = request.method if request.method in _METHODS else "OTHER"
-        span = self.tracer.start(
-            f"{method} {HOOK_PREFIX}",
-            parent=request.header("traceparent"),
-            kind=SpanKind.SERVER,
-            attributes={"http.request.method": method},
-        )
-        token = CURRENT.set(span)
-        try:
-            result = self._handle(request)
-        except BaseException as exc:
-            span.fail(type(exc).__name__)
-            span.end()
-            raise
-        finally:
-            CURRENT.reset(token)
-        if isinstance(result, Response):
-            _answered(span, result.status)
-            return result
-        return self._traced_finish(result, span)
-
-    @staticmethod
-    async def _traced_finish(pending: Coroutine[Any, Any, Response], span: Span) -> Response:
-        token = CURRENT.set(span)  # this task's context: the verification and the trigger are in the trace
-        status = 500
-        try:
-            response = await pending
-            status = response.status
-            return response
-        except asyncio.CancelledError:
-            status = CLIENT_CLOSED
-            raise
-        finally:
-            CURRENT.reset(token)
-            _answered(span, status)
+        attributes = {"http.request.method": method}
+        return serve_traced(self.tracer, f"{method} {HOOK_PREFIX}", request, attributes, self._handle)
 
     def refused(self, request: Request, status: int) -> Response:
         """Answers the HTTP layer gives itself once a head was parsed: 413 (body over the cap), 400 (a bad
@@ -747,13 +715,6 @@ def _event(verified: Verified) -> str:
 def _digest(request: Request) -> str:
     """The 8-character prefix of a request's path, for a log line (never the path)."""
     return path_digest_prefix(request.target.decode("latin-1"))
-
-
-def _answered(span: Span, status: int) -> None:
-    span.set("http.response.status_code", status)
-    if status >= 500:
-        span.fail(str(status))
-    span.end()
 
 
 def create_receiver_endpoint(

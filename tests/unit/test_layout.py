@@ -97,6 +97,7 @@ THROUGH: dict[str, str] = {
     "providers/options.py": "tests/conformance/test_provider_conformance.py",
     "providers/common.py": "tests/providers/test_formatting.py",
     "providers/aws.py": "tests/providers/test_sns.py",  # sns and sqs: test_sns.py, test_sqs.py
+    "server/spans.py": "tests/integration/test_tracing.py",  # the ingest and webhook server spans
     "outbound/identity.py": "tests/integration/test_workload_identity.py",
     "providers/git/base.py": "tests/providers/test_git_family.py",
     "providers/git/changerequest.py": "tests/providers/test_git_family.py",
