@@ -31,6 +31,7 @@ import struct
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Self
 
 import aiohttp
 
@@ -92,22 +93,24 @@ async def controller(tmp: Path, sink: FlakySink, *args: str) -> AsyncIterator[Co
 
 @dataclass
 class Watch:
-    """While an attack runs: the controller's peak RSS, ``/healthz`` probes and a legitimate producer
-    posting a distinct event every 0.3 s (each must be 202)."""
+    """While an attack runs: the controller's peak RSS, ``/healthz`` probes and a legitimate client (``legit``)
+    sending every 0.3 s — here a producer posting a distinct event (each must be ``expected``: 202); the
+    receiver listener's suite sends signed pushes instead (``test_receiver_listener.py``)."""
 
     proc: ControllerProcess
     base_rss: float = 0.0
     peak_rss: float = 0.0
     health: list[float] = field(default_factory=list)  # latency of each probe; inf: no answer in 5 s
-    events: list[int] = field(default_factory=list)  # status of each legitimate event; 0: no answer in 5 s
+    answers: list[int] = field(default_factory=list)  # status of each legitimate request; 0: none in 5 s
+    expected: int = 202
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
-    async def __aenter__(self) -> Watch:
+    async def __aenter__(self) -> Self:
         self.base_rss = self.peak_rss = rss_mb(self.proc.pid)
         self._tasks = [
             asyncio.create_task(self._sample()),
             asyncio.create_task(self._probe()),
-            asyncio.create_task(self._produce()),
+            asyncio.create_task(self.legit()),
         ]
         return self
 
@@ -139,21 +142,21 @@ class Watch:
                 self.health.append(loop.time() - start if ok else float("inf"))
                 await asyncio.sleep(0.25)
 
-    async def _produce(self) -> None:
+    async def legit(self) -> None:
         async with aiohttp.ClientSession(  # a connection per event: none stays open on the event port
             timeout=aiohttp.ClientTimeout(total=5), connector=aiohttp.TCPConnector(force_close=True)
         ) as session:
             for i in range(1_000):
                 try:
                     async with session.post(self.proc.events_url, data=body(f"legit-{i}")) as resp:
-                        self.events.append(resp.status)
+                        self.answers.append(resp.status)
                 except (aiohttp.ClientError, TimeoutError):
-                    self.events.append(0)
+                    self.answers.append(0)
                 await asyncio.sleep(0.3)
 
     def assert_served(self) -> None:
         assert len(self.health) >= 2 and max(self.health) < 3.0, self.health
-        assert len(self.events) >= 2 and set(self.events) == {202}, self.events
+        assert len(self.answers) >= 2 and set(self.answers) == {self.expected}, self.answers
 
 
 # ---- item 2: an endless header ---------------------------------------------------------------------------

@@ -28,17 +28,17 @@ import hmac
 import json
 import re
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
 
 from notification_controller.core.webhook import webhook_path
 from tests.adversarial.kit import eventually, raw_request
+from tests.adversarial.test_listener_abuse import Watch as ListenerWatch
 from tests.adversarial.test_listener_abuse import (
     endless_header,
     pipeline_without_reading,
-    rss_mb,
     server_connections,
 )
 from tests.support.controllers import ControllerProcess
@@ -109,61 +109,19 @@ async def hook_ready(proc: ControllerProcess) -> bool:
 
 
 @dataclass
-class Watch:
-    """While an attack runs: the controller's peak RSS, ``/healthz`` probes, and a legitimate sender posting a
-    signed push with a new delivery id every 0.3 s (each must be 200)."""
+class Watch(ListenerWatch):
+    """``test_listener_abuse.Watch`` with a legitimate sender posting a signed push with a new delivery id
+    every 0.3 s (each must be 200)."""
 
-    proc: ControllerProcess
-    base_rss: float = 0.0
-    peak_rss: float = 0.0
-    health: list[float] = field(default_factory=list)
-    pushes: list[int] = field(default_factory=list)
-    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    expected: int = 200
 
-    async def __aenter__(self) -> Watch:
-        self.base_rss = self.peak_rss = rss_mb(self.proc.pid)
-        self._tasks = [asyncio.create_task(c) for c in (self._sample(), self._probe(), self._push())]
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-
-    @property
-    def growth(self) -> float:
-        return self.peak_rss - self.base_rss
-
-    async def _sample(self) -> None:
-        while True:
-            self.peak_rss = max(self.peak_rss, rss_mb(self.proc.pid))
-            await asyncio.sleep(0.05)
-
-    async def _probe(self) -> None:
-        url = f"http://127.0.0.1:{self.proc.ports['health']}/healthz"
-        loop = asyncio.get_running_loop()
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
-            while True:
-                start = loop.time()
-                try:
-                    async with session.get(url) as resp:
-                        ok = resp.status == 200
-                except (aiohttp.ClientError, TimeoutError):
-                    ok = False
-                self.health.append(loop.time() - start if ok else float("inf"))
-                await asyncio.sleep(0.25)
-
-    async def _push(self) -> None:
+    async def legit(self) -> None:
         for i in range(1_000):
             try:
-                self.pushes.append(await post(self.proc, PUSH, push_headers(PUSH, f"legit-{i}")))
+                self.answers.append(await post(self.proc, PUSH, push_headers(PUSH, f"legit-{i}")))
             except (aiohttp.ClientError, TimeoutError):
-                self.pushes.append(0)
+                self.answers.append(0)
             await asyncio.sleep(0.3)
-
-    def assert_served(self) -> None:
-        assert len(self.health) >= 2 and max(self.health) < 3.0, self.health
-        assert len(self.pushes) >= 2 and set(self.pushes) == {200}, self.pushes
 
 
 async def test_an_endless_header_is_431_and_memory_stays_bounded(tmp_path: Path) -> None:
@@ -219,7 +177,7 @@ async def test_gzip_bombs_are_413_and_never_inflated(tmp_path: Path) -> None:
         )
     assert statuses == [413] * 16, statuses
     assert too_large == 16
-    assert accepted == len(watch.pushes) - watch.pushes.count(0)  # only the legitimate pushes patched
+    assert accepted == len(watch.answers) - watch.answers.count(0)  # only the legitimate pushes patched
     assert watch.growth < 40, f"RSS {watch.base_rss:.0f} → {watch.peak_rss:.0f} MB"
     watch.assert_served()
 
