@@ -213,12 +213,38 @@ def validate_object_ref(
     the collection in ``namespace``. With ``use=Use.TARGET`` (the default: Receiver targets and Alert
     label sources) the core group is refused entirely.
     """
+    key = (api_version, kind, namespace, name, use)
+    hashable = True
+    try:
+        found = _validated.get(key)
+    except TypeError:  # an unhashable part (a list from a JSON body): not remembered
+        found, hashable = None, False
+    if found is not None:
+        return found
     kind = validate_kind(kind)
     group, version = parse_api_version(resolve_api_version(api_version, kind))
     check_allowed(group, kind=kind, use=use)
     namespace = validate_namespace(namespace)
     valid_name = validate_name(name) if name is not None and name != "*" else None
-    return ObjectReference(group, version, kind, namespace, valid_name)
+    ref = ObjectReference(group, version, kind, namespace, valid_name)
+    if hashable:
+        if len(_validated) >= VALIDATED_REFS:
+            _validated.clear()
+        _validated[key] = ref
+    return ref
+
+
+VALIDATED_REFS = 1024
+"""How many accepted references ``validate_object_ref`` remembers (all forgotten together when full).
+
+The decision depends on the reference's text only, so an accepted one is accepted again: every webhook
+annotates the same targets, and local mode's cluster checks each reference again on every call, as
+``KubeCluster`` does (issue 29: ~74k of a webhook's ~444k instructions were the two checks of its get and its
+annotate). Only accepted references are remembered — a refusal is computed (and raised) every time, so it is
+exactly the refusal it was. An accepted key holds strings bounded by their grammar (a key is under 1 KB), or
+for an empty apiVersion any falsy value (the default is the same for all), so at most ~1 MB whatever events
+and tenants send."""
+_validated: dict[tuple[object, ...], ObjectReference] = {}
 
 
 def label_selector(match_labels: Mapping[str, str]) -> str:

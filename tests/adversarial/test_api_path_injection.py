@@ -639,6 +639,44 @@ def test_flux_kinds_and_crds_stay_reachable() -> None:
     assert refusal("", plural="secrets", use=Use.LOOKUP) is not None
 
 
+def _refused(api_version: Any, kind: Any, namespace: Any, name: Any, use: Use) -> str:
+    with pytest.raises(InvalidReference) as caught:
+        validate_object_ref(api_version, kind, namespace, name, use=use)
+    return str(caught.value)
+
+
+def test_remembered_references_change_no_answer() -> None:
+    """``validate_object_ref`` remembers accepted references (issue 29): what it answers is still what the
+    grammar and the policy say, whatever was asked before — the use is part of what is remembered, a refusal
+    is refused again with the same message, and the memo stays within ``VALIDATED_REFS``."""
+    from notification_controller.core import apiref
+
+    # a core Service: accepted for a hook's lookup, refused as a target, in either order, every time
+    for _ in range(2):
+        assert validate_object_ref("v1", "Service", "a", "svc", use=Use.LOOKUP).name == "svc"
+        message = _refused("v1", "Service", "a", "svc", Use.TARGET)
+        assert "core API group" in message
+    # the same parts around a hostile one: the refusal is computed (and worded) the same every time
+    for api_version in CROSS_NAMESPACE + TO_SECRET:
+        first = _refused(api_version, "GitRepository", "a", "app", Use.TARGET)
+        assert validate_object_ref(GIT, "GitRepository", "a", "app").name == "app"
+        assert _refused(api_version, "GitRepository", "a", "app", Use.TARGET) == first
+    for name in ("../x", "A", "a" * 254, "x/y"):
+        assert validate_object_ref(GIT, "GitRepository", "a", "ok").name == "ok"
+        assert "invalid name" in _refused(GIT, "GitRepository", "a", name, Use.LOOKUP)
+    # parts that are not strings: refused (or, an empty apiVersion of any falsy value, defaulted) as before
+    assert "not a string" in _refused(GIT, "GitRepository", "a", ["x"], Use.TARGET)
+    assert "not a string" in _refused(GIT, ["GitRepository"], "a", "x", Use.TARGET)
+    empties: list[Any] = ["", None, [], 0]
+    for empty in empties:
+        ref = validate_object_ref(empty, "GitRepository", "a", "x")
+        assert (ref.api_version, ref.name) == (DEFAULT_API_VERSIONS["GitRepository"], "x")
+    # bounded: names an event may post, far more than remembered
+    for index in range(apiref.VALIDATED_REFS + 100):
+        assert validate_object_ref(GIT, "GitRepository", "a", f"app-{index}").name == f"app-{index}"
+        assert len(apiref._validated) <= apiref.VALIDATED_REFS
+
+
 async def test_discovery_cannot_resolve_a_refused_or_cluster_scoped_type(tmp_path: Path) -> None:
     """Discovery answers are checked too: a CRD group that serves cluster-scoped objects, or a plural
     that is not a DNS label, is never used."""
