@@ -43,6 +43,7 @@ from .history.recorder import Recorder
 from .hooks import Hooks, load_hooks_config
 from .lib import buildinfo
 from .lib.clock import Clock, SystemClock
+from .lib.memtrim import release_free_memory
 from .metrics import DeliveryMetrics, EventMetrics, HistoryMetrics, InhibitMetrics, NoiseMetrics
 from .objects.base import Change, Cluster, ObjectStore, secret_data
 from .objects.graph import FluxGraph, GraphSource
@@ -399,6 +400,7 @@ class App:
         self._tasks.append(summaries)
         beats = asyncio.create_task(self.heartbeats.run(self.dispatcher.enqueue), name="heartbeats")
         self._tasks.append(beats)
+        release_free_memory()  # what start-up built and dropped goes back to the OS (lib/memtrim.py)
 
     def _ui_app(self) -> web.Application:
         # imported here: Jinja2's templates and the pages are loaded only when the UI is on

@@ -41,6 +41,7 @@ from ..api import ALERT_VERSION, GROUP, PROVIDER_VERSION, RECEIVER_VERSION
 from ..api.objects import Object, parse_object
 from ..api.silence import SILENCE_GROUP, SILENCE_VERSION
 from ..errors import KubeError, ManifestError
+from ..lib.memtrim import release_free_memory
 from ..objects.base import ObjectStore
 from .client import KubeClient, WatchStalled, api_path, watch_status_error
 
@@ -473,6 +474,7 @@ class Informers:
             await self.wait_synced()
             self.store.mark_synced()
             log.info("object cache synced")
+            release_free_memory()  # the first LIST of every kind built and dropped a lot (lib/memtrim.py)
 
         async with asyncio.TaskGroup() as group:
             for informer in self.all:
