@@ -180,6 +180,13 @@ class Controller:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    def wait_for(self, check: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
+        """``wait_for``; a timeout also shows the end of this controller's log (what it was doing)."""
+        try:
+            return wait_for(check, timeout, what=what)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\ncontroller log, last lines:\n{self.log()[-6000:]}") from None
+
     def wait_ready(self, timeout: float = 60) -> None:
         import urllib.error
         import urllib.request

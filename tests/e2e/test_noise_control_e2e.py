@@ -106,22 +106,23 @@ def test_status_and_state_across_a_restart(
                 "broken", namespace, filter="event.reason ==", eventSources=[{"kind": "Bucket", "name": "*"}]
             ),
         )
-        wait_for(
+        controller.wait_for(
             lambda: (
                 condition(get(installed, "alert", namespace, "flaky"), "NoiseControl")
                 == ("True", "Active", "state changes only; repeat at most every 1h")
             ),
             what="NoiseControl condition",
         )
-        wait_for(
+        controller.wait_for(
             lambda: (
                 (condition(get(installed, "alert", namespace, "broken"), "Ready") or ("",) * 3)[:2]
                 == ("False", "InvalidCELExpression")
             ),
             what="Ready=False InvalidCELExpression",
         )
-        wait_for(
-            lambda: (condition(get(installed, "alert", namespace, "flaky"), "Ready") or ("",))[0] == "True"
+        controller.wait_for(
+            lambda: (condition(get(installed, "alert", namespace, "flaky"), "Ready") or ("",))[0] == "True",
+            what="the Alert Ready",
         )
 
         def failing(message: str) -> dict[str, Any]:
