@@ -202,6 +202,13 @@ class VerifyContext:
     def events(self) -> Sequence[str]:
         return self.receiver.spec.events or ()
 
+    @functools.cached_property
+    def folded_events(self) -> frozenset[str] | None:
+        """``spec.events`` case-folded, once per context (the server keeps one per Receiver version); None
+        when the list is empty (everything is allowed)."""
+        events = self.events
+        return frozenset(e.casefold() for e in events) if events else None
+
     def secret_field(self, key: str) -> bytes | None:
         return None if self.secret is None else self.secret.data.get(key)
 
@@ -244,8 +251,10 @@ def event_allowed(event: str, allowed: Sequence[str]) -> bool:
 
 
 def require_event(event: str, ctx: VerifyContext, message: str) -> None:
-    """Raise ``message % event`` (Go ``%q``) when the event is not in ``spec.events``."""
-    if not event_allowed(event, ctx.events):
+    """Raise ``message % event`` (Go ``%q``) when the event is not in ``spec.events`` (``event_allowed``, with
+    the list folded once per context: ``VerifyContext.folded_events``)."""
+    allowed = ctx.folded_events
+    if allowed is not None and event.casefold() not in allowed:
         raise VerificationError(message.format(go_quote(event)))
 
 

@@ -269,3 +269,40 @@ async def test_cel_filters_see_the_github_payload() -> None:
         dev = PUSH.replace(b"refs/heads/main", b"refs/heads/dev")
         assert (await h.post(path, dev, _gh(dev, delivery="d-2")))[0] == 200
         assert h.cluster.annotated() == [("GitRepository", "default", "prod")]
+
+
+@pytest.mark.parametrize(
+    ("events", "sent", "allowed"),
+    [
+        (["Push", "ISSUES"], "push", True),
+        (["Push", "ISSUES"], "Issues", True),
+        (["Push", "ISSUES"], "PUSH", True),
+        (["Push", "ISSUES"], "pull_request", False),
+        (["Push", "ISSUES"], "push ", False),
+        ([], "anything", True),
+    ],
+)
+async def test_github_events_compare_case_insensitively(events: list[str], sent: str, allowed: bool) -> None:
+    """Go's ``strings.EqualFold`` against each of ``spec.events`` (an empty list allows every event), with the
+    list folded once per context (issue 29): the same context answers every request alike, in any order."""
+    receiver, secret = make_receiver("github", events=events)
+    ctx = VerifyContext(receiver, secret, ManualClock())
+
+    def request(event: str) -> HookRequest:
+        headers = RawHeaders(
+            [
+                (b"Content-Type", b"application/json"),
+                (b"X-Hub-Signature-256", SIG.encode()),
+                (b"X-GitHub-Event", event.encode()),
+            ]
+        )
+        return HookRequest("POST", "/hook/x", headers, PUSH)
+
+    for _ in range(2):
+        if allowed:
+            assert (await registry.verify(request(sent), ctx)).event == sent
+        else:
+            with pytest.raises(VerificationError, match="is not authorised"):
+                await registry.verify(request(sent), ctx)
+        if events:  # a listed event is still allowed after a refusal, and the other way round
+            assert (await registry.verify(request(events[0].swapcase()), ctx)).event == events[0].swapcase()
