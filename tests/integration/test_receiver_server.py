@@ -666,7 +666,7 @@ def test_a_full_replay_cache_claims_as_cheaply_as_an_empty_one() -> None:
     dict that walked the slots earlier evictions left at its front (56 µs a claim at 100,000 ids, against
     ~1 µs): a sender with the token, or just many Receivers, made every valid push cost that. The bound is a
     ratio of CPU times in the same process (what a loaded machine slows, it slows for both): 5×, where the
-    OrderedDict measures 1.1-1.3× and the plain dict 16×; the eviction order and the expiry are checked on the
+    cache measures 1.1-1.3× and a plain dict alone 16×; the eviction order and the expiry are checked on the
     way (expiring 100,000 ids one by one from the front: 3 s of CPU in a plain dict)."""
     from notification_controller.lib.clock import ManualClock
     from notification_controller.receivers.guards import ReplayCache
@@ -698,6 +698,46 @@ def test_a_full_replay_cache_claims_as_cheaply_as_an_empty_one() -> None:
     assert full.claim("after")
     assert len(full) == 2 and not full.claim("late")
     assert time.process_time() - start < 5 * max(growing, 0.01)
+
+
+def test_a_released_delivery_is_claimed_again_at_the_end_of_the_replay_window() -> None:
+    """``release`` (the targets could not be patched) forgets an id; claimed again, it is as new: its first
+    claim neither evicts nor expires it, and the order the cache keeps for its claims stays bounded however
+    often one id is claimed and released (issue 29's deques beside the dict)."""
+    from notification_controller.lib.clock import ManualClock
+    from notification_controller.receivers.guards import ReplayCache
+
+    clock = ManualClock()
+    cache = ReplayCache(600, clock, max_entries=3)
+    for key in ("a", "b", "c"):
+        assert cache.claim(key)
+        clock.advance(1)
+    cache.release("b")
+    assert cache.claim("b"), "released: the retry goes through"
+    clock.advance(1)
+    assert cache.claim("d") and cache.claim("e")  # full: the two oldest claims go, a then c (not b)
+    assert len(cache) == 3
+    assert not cache.claim("b") and not cache.claim("d") and not cache.claim("e")
+    assert cache.claim("a") and cache.claim("c")
+
+    clock = ManualClock()
+    cache = ReplayCache(600, clock, max_entries=100)
+    assert cache.claim("x")
+    clock.advance(300)
+    cache.release("x")
+    assert cache.claim("x")  # claimed again at 300: remembered until 900
+    clock.advance(301)  # 601: the first claim's time is over, not the second's
+    assert not cache.claim("x")
+    assert cache.claim("y")
+    clock.advance(300)  # 901
+    assert cache.claim("x") and not cache.claim("y")
+
+    for _ in range(10_000):  # a failing target: the same id claimed and released again and again
+        clock.advance(0.001)
+        assert cache.claim("retried")
+        cache.release("retried")
+    assert len(cache._order) == len(cache._times) <= 2 * len(cache) + 1024
+    assert not cache.claim("y") and cache.claim("retried") and not cache.claim("retried")
 
 
 async def test_json_null_body_with_a_filter_is_an_empty_request() -> None:
