@@ -30,12 +30,16 @@ router, request and response objects and the task per request were most of the C
 Measured with callgrind on the real controller in local mode (a signed GitHub push of 3 KB, distinct delivery
 ids, one keep-alive connection, ``--log-level=error``) against ``bench/baseline.py`` (a bare aiohttp server that
 reads and parses the body: 357k instructions per request): 952k (2.67×) on aiohttp, 461k (1.29×) here; a
-forged push 611k → 279k. Of the 461k, the HMAC over the body is ~95k, and two pieces outside this package
-~96k: local mode's cluster validating each reference again (``objects/local.py``, ~74k for a get and an
-annotate) and the annotation's Go time string (``lib/clock.py``, ~22k). A request the parser refuses before its head is complete (a bad request line or
-header) is answered 400 by the layer itself, counted as ``notification_receiver_requests_total{type=
-"unknown",outcome="malformed"}`` and logged at debug only, without the path: anyone who reaches the port
-must not be able to fill the log at error level (issue 23 item 17). The layer never logs a path either.
+forged push 611k → 279k. Then (issue 29, same measurement, the bare server 364k): accepted references
+remembered by ``core.apiref`` (local mode's cluster validated each webhook's get and annotate again, ~74k),
+the Go time string's second remembered (``lib/clock.py``, ~15k), ``spec.events`` folded once per context and
+the replay cache's order in deques (``receivers/guards.py``; a full cache walked its dict's deleted slots, 56 µs
+a claim): 363k (1.00×), a forged push 276k. The HMAC over the body is ~89k of it (libcrypto).
+
+A request the parser refuses before its head is complete (a bad request line or header) is answered 400 by
+the layer itself, counted as ``notification_receiver_requests_total{type="unknown",outcome="malformed"}`` and
+logged at debug only, without the path: anyone who reaches the port must not be able to fill the log at error
+level (issue 23 item 17). The layer never logs a path either.
 
 A webhook is one request in, one answer out, with what can be known before it computed once per Receiver
 version (``Hook``): its lookup key, the current-path check, its verifier, verify context, compiled filters,
