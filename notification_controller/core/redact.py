@@ -260,6 +260,7 @@ def secret_mask_values(data: Mapping[str, bytes]) -> set[str]:
 # Candidate starts of a value: the first character of every word, and every other visible character.
 _CANDIDATE = re.compile(r"\b(?=\w)|[^\w\s]")
 _WORD = re.compile(r"\w")
+_WORDS = re.compile(r"\w+")
 _JOINERS = "-."
 
 
@@ -317,6 +318,8 @@ class Redactor:
         self._refs: dict[str, int] = {}  # value -> number of sources holding it
         self._lengths: dict[str, dict[int, int]] = {}  # prefix -> {length: values of that length}
         self._probe: dict[str, tuple[int, ...]] = {}  # prefix -> lengths, longest first (read by __call__)
+        self._first: dict[str, int] = {}  # first word of a value -> values that begin so (__call__'s filter)
+        self._wordless = 0  # values without a word character: the filter cannot rule them out
         self.version = 0
         """Changes whenever the masked values do: a cache of masked texts is valid while it stays."""
         self.update(secrets)
@@ -352,6 +355,11 @@ class Redactor:
         self._refs[value] = refs + 1
         if refs:
             return
+        first = _WORDS.search(value)
+        if first is None:
+            self._wordless += 1
+        else:
+            self._first[first[0]] = self._first.get(first[0], 0) + 1
         prefix = value[: self.MIN_LEN]
         lengths = self._lengths.setdefault(prefix, {})
         lengths[len(value)] = lengths.get(len(value), 0) + 1
@@ -363,6 +371,13 @@ class Redactor:
             self._refs[value] = refs
             return
         del self._refs[value]
+        first = _WORDS.search(value)
+        if first is None:
+            self._wordless -= 1
+        elif self._first[first[0]] > 1:
+            self._first[first[0]] -= 1
+        else:
+            del self._first[first[0]]
         prefix = value[: self.MIN_LEN]
         lengths = self._lengths[prefix]
         if lengths[len(value)] > 1:
@@ -377,9 +392,24 @@ class Redactor:
 
     # ---- masking: O(length of the text) --------------------------------------------------------
     def __call__(self, text: str) -> str:
-        size = self.MIN_LEN
-        if not self._probe or len(text) < size:
+        """``text`` with every whole value masked.
+
+        First a filter in C: where a value stands whole, its first word (its first run of word characters)
+        is a whole word of the text too — bounded on the left by the value's own non-word character or by
+        ``_whole``'s rule at the start, on the right by the value's own non-word character or by ``_whole``'s
+        rule at the end. So a text none of whose words begins a value has nothing to mask: ``findall`` and a
+        set test answer that (2.1 µs for a 110-character Flux message, measured) where the scan below looks
+        up every candidate start in Python (8.5 µs, most texts, which hold no secret).
+        ``tests/unit/core/test_redact.py`` checks the filter against the scan on generated texts."""
+        if not self._probe or len(text) < self.MIN_LEN:
             return text
+        if not self._wordless and self._first.keys().isdisjoint(_WORDS.findall(text)):
+            return text
+        return self._scan(text)
+
+    def _scan(self, text: str) -> str:
+        """Every candidate start of ``text`` looked up in the index (``__call__`` without its filter)."""
+        size = self.MIN_LEN
         probe, refs = self._probe, self._refs
         out: list[str] = []
         last = 0

@@ -325,3 +325,40 @@ def test_redactor_never_leaks_a_known_secret(secret: str, noise: str) -> None:
     redactor = Redactor([secret])
     if secret not in noise:
         assert secret not in redactor(noise + " " + secret + "\n" + noise)
+
+
+# ---- the word filter in front of the scan (Redactor.__call__) ---------------------------------------------
+# Texts and values from a small alphabet, so values and texts share words, values stand whole or glued to
+# a neighbour, and some values have no word character at all (the filter must step aside for them).
+_PIECES = st.sampled_from(
+    ["tok3n", "Zeta", "ü", "_", "-", ".", "/", "+", ":", "=", "@", " ", "\n", "%2F", "9"]
+)
+_VALUE = st.lists(_PIECES, min_size=1, max_size=8).map("".join).filter(lambda v: len(v) >= MIN_LEN)
+_SEPARATOR = st.sampled_from(["", " ", "-", ".", "/", ":", "@", "x", "ü", '"', "\n"])
+
+
+@given(
+    values=st.lists(_VALUE, min_size=1, max_size=4),
+    parts=st.lists(st.tuples(_SEPARATOR, st.integers(0, 3), _SEPARATOR, _PIECES), max_size=8),
+    removed=st.integers(0, 4),
+)
+def test_the_word_filter_never_hides_a_value_the_scan_would_mask(
+    values: list[str], parts: list[tuple[str, int, str, str]], removed: int
+) -> None:
+    redactor = Redactor(values)
+    redactor.set_source("other", values[:removed])  # values held twice, then some of them dropped
+    redactor.set_source("other", ())
+    text = "".join(
+        before + (values[pick % len(values)] if pick else "") + after + piece
+        for before, pick, after, piece in parts
+    )
+    assert redactor(text) == redactor._scan(text)
+
+
+def test_the_word_filter_steps_aside_for_values_without_a_word() -> None:
+    redactor = Redactor(["+/+/+/+/+/", "Bearer abcdefgh12"])
+    assert redactor("x +/+/+/+/+/ y") == f"x {MASK} y"
+    assert redactor("auth: Bearer abcdefgh12.") == f"auth: {MASK}."
+    redactor.update(["Bearer abcdefgh12"])  # the word-less value gone: the filter rules texts out again
+    assert redactor("x +/+/+/+/+/ y") == "x +/+/+/+/+/ y"
+    assert redactor("Bearer someone else") == "Bearer someone else"
