@@ -320,6 +320,8 @@ class Redactor:
         self._probe: dict[str, tuple[int, ...]] = {}  # prefix -> lengths, longest first (read by __call__)
         self._first: dict[str, int] = {}  # first word of a value -> values that begin so (__call__'s filter)
         self._wordless = 0  # values without a word character: the filter cannot rule them out
+        self.empty = True
+        """No value held: every text comes back as it is (a plain attribute, read on hot paths)."""
         self.version = 0
         """Changes whenever the masked values do: a cache of masked texts is valid while it stays."""
         self.update(secrets)
@@ -353,6 +355,7 @@ class Redactor:
     def _hold(self, value: str) -> None:
         refs = self._refs.get(value, 0)
         self._refs[value] = refs + 1
+        self.empty = False
         if refs:
             return
         first = _WORDS.search(value)
@@ -371,6 +374,7 @@ class Redactor:
             self._refs[value] = refs
             return
         del self._refs[value]
+        self.empty = not self._refs
         first = _WORDS.search(value)
         if first is None:
             self._wordless -= 1

@@ -104,3 +104,18 @@ def test_a_masked_text_is_kept_only_while_the_secrets_stay_the_same() -> None:
     assert len(rec._memo) <= MEMO_SIZE
     assert rec.mask("x" * (MEMO_TEXT + 1)) == "x" * (MEMO_TEXT + 1)  # longer texts are not kept
     assert "x" * (MEMO_TEXT + 1) not in rec._memo
+
+
+async def test_with_no_secret_held_texts_are_only_cut_until_one_arrives() -> None:
+    """``Redactor.empty``: nothing to mask, so no memo either; a Secret that arrives is masked from the next
+    event on (the fields of the last event are not reused across the change)."""
+    history = MemoryHistory()
+    redactor = Redactor()
+    rec = Recorder(history, redactor)
+    rec.record(Outcome.UNMATCHED, event("z" * 5000), "e1", detail="no Alert matches")
+    (r,) = await history.query(Query())
+    assert len(r.message) == 1024 and r.message.endswith("...") and r.object == "Kustomization/ns/app"
+    assert not rec._memo
+    redactor.set_source(("Secret", "s"), [SECRET])
+    rec.record(Outcome.UNMATCHED, event(f"token {SECRET}"), "e2")
+    assert (await history.query(Query(limit=1)))[0].message == "token *****"
