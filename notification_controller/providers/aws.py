@@ -47,6 +47,7 @@ after the attempt), everything else (``AccessDenied``, ``InvalidParameter``, ``N
 
 from __future__ import annotations
 
+import abc
 import hashlib
 import json
 import os
@@ -185,12 +186,14 @@ class AWSNotifier(HTTPNotifier):
     # ---- what subclasses say ------------------------------------------------------------------------
 
     @property
+    @abc.abstractmethod
     def endpoint(self) -> str:
-        raise NotImplementedError
+        """The service's URL for this Provider (the region's host, or the operator's endpoint)."""
 
     @property
+    @abc.abstractmethod
     def what(self) -> str:
-        raise NotImplementedError
+        """The start of an error message: what was being done (e.g. "error publishing to SNS topic ...")."""
 
     # ---- delivery -----------------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ alone 1.87 M instructions per notification, with these batches 1.77 M; the memor
 
 from __future__ import annotations
 
+import abc
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, Generic, TypeVar
@@ -104,7 +105,7 @@ class Lane:
         return self.appended > self.drained
 
 
-class HandOff:
+class HandOff(abc.ABC):
     """The runner's hand-off methods (``OutboxRunner`` inherits them; its state is declared here)."""
 
     _running: bool
@@ -112,8 +113,9 @@ class HandOff:
     _tasks: set[asyncio.Task[None]]
     concurrency: int
 
+    @abc.abstractmethod
     def _new_lane(self, key: str) -> Lane:
-        raise NotImplementedError
+        """A lane for ``key`` (its breaker from the runner's settings)."""
 
     def _left(self, key: str, lane: Lane) -> None:
         """A worker (or a reserved slot) of ``lane`` is gone; an idle, closed lane is forgotten."""
@@ -127,8 +129,9 @@ class HandOff:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    @abc.abstractmethod
     async def _work(self, key: str, lane: Lane, held: Lease | None = None) -> None:
-        raise NotImplementedError
+        """A worker of ``lane``: delivers ``held`` first (a lease handed over), then what it leases."""
 
     def reserve(self, key: str) -> bool:
         """Take a worker slot of ``key``'s lane for an item about to be appended held: True if the runner
