@@ -47,7 +47,7 @@ from ..core.matching import compile_error, filter_error
 from ..errors import StoreError
 from ..hooks.reconcile import alert_children
 from ..objects.base import Key, ObjectRef
-from .base import DONE, Reconciler, Result, StatusDraft
+from .base import DONE, Result, StatusDraft, TemplateReconciler
 from .events import NORMAL
 
 log = logging.getLogger(__name__)
@@ -176,7 +176,7 @@ def cross_namespace_error(alert: Alert) -> str | None:
     return None
 
 
-class AlertReconciler(Reconciler[Alert]):
+class AlertReconciler(TemplateReconciler[Alert]):
     kind = "Alert"
     watched_kind = "Provider"
     logger = log

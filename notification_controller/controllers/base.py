@@ -1,8 +1,10 @@
-"""What the three reconcilers share: the reconcile template, the condition draft, status and finalizer writes.
+"""What the reconcilers share: the reconcile template, the condition draft, status and finalizer writes.
 
-``Reconciler.reconcile`` is the one reconcile every kind runs; a kind states only what differs, in the hooks
-it overrides (``load``, ``children``, ``evaluate``; ``left_alone``, ``ensure_finalizers``,
-``finalizers_removed``, ``report`` where the default does not fit).
+``Reconciler`` is what the manager calls (``reconcile``, ``watch``, ``prime``) and the reverse index of
+references. ``TemplateReconciler.reconcile`` is the one reconcile the three Flux kinds run; a kind states
+only what differs, in the hooks it overrides (``load``, ``children``, ``evaluate``; ``left_alone``,
+``ensure_finalizers``, ``finalizers_removed``, ``report`` where the default does not fit). A Silence has no
+finalizer, ``suspend`` or hooks: ``SilenceReconciler`` derives from ``Reconciler`` and writes its own.
 
 A reconcile reads one object from the ``ObjectStore``, computes its *desired* status (a pure step: the
 conditions a Flux controller would hold in memory at the end of ``Reconcile``), and hands the side effects
@@ -243,14 +245,13 @@ class ReverseIndex:
 
 
 class Reconciler(abc.ABC, Generic[ObjT]):
-    """Base of the three reconcilers: reads from the store, writes through the Cluster port."""
+    """Base of every reconciler: what the manager calls (``reconcile``, ``watch``, ``prime``), the reverse
+    index of references, reads from the store, status writes through the Cluster port."""
 
     kind: ClassVar[str]
     watched_kind: ClassVar[str]  # the kind whose changes re-enqueue the objects referencing it
     logger: ClassVar[logging.Logger]  # the kind's module logger: the template's log lines come from it
     status_type: ClassVar[type[BaseModel]] = ObjectStatus  # what ``commit_draft`` writes
-    suspended_log: ClassVar[str] = "Reconciliation is suspended for this object: %s"
-    ready_message: ClassVar[str] = ""  # the Normal Event of the default ``report`` when Ready turns True
 
     def __init__(
         self,
@@ -275,6 +276,141 @@ class Reconciler(abc.ABC, Generic[ObjT]):
         self.no_cross_namespace_refs = no_cross_namespace_refs  # --no-cross-namespace-refs (Alert's sources)
 
     # ---- the contract with the manager -------------------------------------------------------------
+    @abc.abstractmethod
+    async def reconcile(self, key: Key) -> Result:
+        """Bring one object to its desired state. Never raises for a bad object (only for I/O errors)."""
+
+    @abc.abstractmethod
+    def load(self, key: Key) -> ObjT | None:
+        """The object from the store, or None when it is gone."""
+
+    @abc.abstractmethod
+    def references(self, obj: ObjT) -> Iterable[Key]:
+        """Keys (namespace, name) of the ``watched_kind`` objects ``obj`` points at."""
+
+    def watch(self, change: Change) -> list[Key]:
+        """Keys of this kind to reconcile because of ``change`` (and keep the reverse index current)."""
+        key = (change.namespace, change.name)
+        if change.kind == self.kind:
+            if change.obj is not None:
+                self.index.set(key, self.references(change.obj))  # type: ignore[arg-type]
+            else:
+                self.index.remove(key)
+            return [key] if spec_or_meta_changed(change) else []
+        if change.kind == self.watched_kind:
+            return self.index.users(key)
+        return []
+
+    def referencing(self, ref: Key) -> list[Key]:
+        return self.index.users(ref)
+
+    def prime(self, keys: Iterable[Key] | None = None) -> None:
+        """Index the objects already in the store (those that arrived before we subscribed): ``keys`` (of
+        ``object_keys``), or all of them."""
+        for key in self.object_keys() if keys is None else keys:
+            obj = self.store.get(self.kind, *key)
+            if obj is not None:
+                self.index.set(key, self.references(obj))  # type: ignore[arg-type]
+
+    def object_keys(self) -> list[Key]:
+        return self.store.keys(self.kind)
+
+    # ---- helpers ----------------------------------------------------------------------------------
+    @staticmethod
+    def has_finalizer(obj: Object) -> bool:
+        return FINALIZER in obj.metadata.finalizers
+
+    def status_draft(self, obj: ObjT) -> StatusDraft:
+        """The status this reconcile starts from (a kind with more status fields adds them to ``extra``)."""
+        status: Any = obj.status
+        return StatusDraft(
+            ConditionsDraft(status.conditions), status.observed_generation, status.last_handled_reconcile_at
+        )
+
+    async def commit_draft(self, obj: ObjT, draft: StatusDraft) -> list[Condition]:
+        """Every reconcile's last step: finish the draft, write the status (a ``status_type``, if it changed)
+        and return the new conditions (for the Ready-transition Event)."""
+        meta = obj.metadata
+        draft.finish(meta.annotations, meta.generation)
+        conditions = draft.conditions.build(generation=meta.generation, now=self.clock.now())
+        desired = self.status_type(
+            conditions=conditions,
+            observed_generation=draft.observed_generation,
+            last_handled_reconcile_at=draft.last_handled_reconcile_at,
+            **draft.extra,
+        )
+        await self.write_status(obj, desired)
+        return conditions
+
+    async def write_status(self, obj: ObjT, desired: BaseModel) -> bool:
+        """Patch the status only if it differs from the stored one. Returns True if a patch was sent."""
+        if not self.writes_status:
+            return False
+        # An empty string means "unset" (e.g. webhookPath after TokenNotFound): normalise before comparing.
+        empty = {name: None for name, value in desired if value == ""}
+        if empty:
+            desired = desired.model_copy(update=empty)
+        if desired == obj.status:
+            return False
+        body = desired.model_dump(by_alias=True, mode="json", exclude_none=True)
+        # Fields set before and unset now are cleared with an explicit null (merge-patch semantics).
+        for name, info in type(desired).model_fields.items():
+            if getattr(desired, name) is None and getattr(obj.status, name, None) is not None:
+                body[info.alias or name] = None
+        try:
+            await self.cluster.patch_status(ObjectRef.of(obj), body)
+        except KubeError as exc:
+            if exc.not_found:  # deleted meanwhile; the deletion is reconciled separately
+                return False
+            raise
+        self.status_writes += 1
+        return True
+
+    async def ready_transition_event(
+        self, obj: ObjT, before: Sequence[Condition], after: Sequence[Condition], ready_message: str
+    ) -> None:
+        """Events for the kinds Flux gives no status (Alert, Provider): one per change of Ready only.
+
+        A converged object resynced every 10 minutes emits nothing; a failing one emits one Warning
+        when it starts failing (and again if the reason or message changes), one Normal when it recovers.
+        """
+        old, new = cond.find(before, cond.READY), cond.find(after, cond.READY)
+        if new is None or new.status == ConditionStatus.UNKNOWN:
+            return
+        if old is not None and (old.status, old.reason, old.message) == (new.status, new.reason, new.message):
+            return
+        if new.status == ConditionStatus.TRUE:
+            await self.recorder.event(ObjectRef.of(obj), NORMAL, new.reason, ready_message)
+        else:
+            await self.warn(obj, new.reason, new.message)
+
+    def mark_terminal(self, obj: ObjT, draft: StatusDraft, reason: str, error: str) -> str:
+        """``StatusDraft.mark_terminal`` and a warning log line saying why. Returns the condition message."""
+        message = draft.mark_terminal(reason, error, obj.metadata.generation)
+        self.logger.warning("%s: %s", self.describe(obj), message)
+        return message
+
+    async def warn(self, obj: ObjT, reason: str, message: str) -> None:
+        await self.recorder.event(ObjectRef.of(obj), WARNING, reason, message)
+
+    @staticmethod
+    def describe(obj: Object) -> str:
+        return f"{obj.KIND}/{obj.metadata.namespace}/{obj.metadata.name}"
+
+    @staticmethod
+    def log_fields(obj: Object, error: str = "") -> dict[str, dict[str, object]]:
+        """Flux's structured keys for a log line about ``obj`` (``extra=``)."""
+        return fields(**object_fields(obj.KIND, obj.metadata.namespace, obj.metadata.name, error=error))
+
+
+class TemplateReconciler(Reconciler[ObjT]):
+    """The reconcile every Flux kind runs (Alert, Provider, Receiver): finalizers, ``suspend``, the kind's
+    ``evaluate``, the Hooks API's ``pre-reconcile`` and ``finalize`` hooks, one status write, the Events. A
+    kind with none of these (``SilenceReconciler``) derives from ``Reconciler`` and writes its own."""
+
+    suspended_log: ClassVar[str] = "Reconciliation is suspended for this object: %s"
+    ready_message: ClassVar[str] = ""  # the Normal Event of the default ``report`` when Ready turns True
+
     async def reconcile(self, key: Key) -> Result:
         """Bring one object to its desired state. Never raises for a bad object (only for I/O errors).
 
@@ -312,10 +448,6 @@ class Reconciler(abc.ABC, Generic[ObjT]):
 
     # ---- what each kind states (the template's hooks) ----------------------------------------------
     @abc.abstractmethod
-    def load(self, key: Key) -> ObjT | None:
-        """The object from the store, or None when it is gone."""
-
-    @abc.abstractmethod
     def children(self, obj: ObjT, draft: StatusDraft) -> dict[str, Any]:
         """What the hooks are told of ``obj``'s children, as of ``draft`` (at deletion: the stored status)."""
 
@@ -341,42 +473,6 @@ class Reconciler(abc.ABC, Generic[ObjT]):
         """The Events after the status write. By default one per change of Ready (``ready_transition_event``);
         ``hook_warning`` (``HookStep.warning``) is for kinds that do not derive Events from Ready."""
         await self.ready_transition_event(obj, obj.status.conditions, conditions, self.ready_message)
-
-    @abc.abstractmethod
-    def references(self, obj: ObjT) -> Iterable[Key]:
-        """Keys (namespace, name) of the ``watched_kind`` objects ``obj`` points at."""
-
-    def watch(self, change: Change) -> list[Key]:
-        """Keys of this kind to reconcile because of ``change`` (and keep the reverse index current)."""
-        key = (change.namespace, change.name)
-        if change.kind == self.kind:
-            if change.obj is not None:
-                self.index.set(key, self.references(change.obj))  # type: ignore[arg-type]
-            else:
-                self.index.remove(key)
-            return [key] if spec_or_meta_changed(change) else []
-        if change.kind == self.watched_kind:
-            return self.index.users(key)
-        return []
-
-    def referencing(self, ref: Key) -> list[Key]:
-        return self.index.users(ref)
-
-    def prime(self, keys: Iterable[Key] | None = None) -> None:
-        """Index the objects already in the store (those that arrived before we subscribed): ``keys`` (of
-        ``object_keys``), or all of them."""
-        for key in self.object_keys() if keys is None else keys:
-            obj = self.store.get(self.kind, *key)
-            if obj is not None:
-                self.index.set(key, self.references(obj))  # type: ignore[arg-type]
-
-    def object_keys(self) -> list[Key]:
-        return self.store.keys(self.kind)
-
-    # ---- helpers ----------------------------------------------------------------------------------
-    @staticmethod
-    def has_finalizer(obj: Object) -> bool:
-        return FINALIZER in obj.metadata.finalizers
 
     # ---- finalizers (Flux's and the hooks') --------------------------------------------------------
     def wants_hooks_finalizer(self, obj: ObjT) -> bool:
@@ -477,85 +573,3 @@ class Reconciler(abc.ABC, Generic[ObjT]):
             draft.conditions.mark_false(cond.READY, outcome.veto.reason, message)
             return HookStep(result=Result(requeue=True), warning=(outcome.veto.reason, message))
         return HookStep()
-
-    def status_draft(self, obj: ObjT) -> StatusDraft:
-        """The status this reconcile starts from (a kind with more status fields adds them to ``extra``)."""
-        status: Any = obj.status
-        return StatusDraft(
-            ConditionsDraft(status.conditions), status.observed_generation, status.last_handled_reconcile_at
-        )
-
-    async def commit_draft(self, obj: ObjT, draft: StatusDraft) -> list[Condition]:
-        """Every reconcile's last step: finish the draft, write the status (a ``status_type``, if it changed)
-        and return the new conditions (for the Ready-transition Event)."""
-        meta = obj.metadata
-        draft.finish(meta.annotations, meta.generation)
-        conditions = draft.conditions.build(generation=meta.generation, now=self.clock.now())
-        desired = self.status_type(
-            conditions=conditions,
-            observed_generation=draft.observed_generation,
-            last_handled_reconcile_at=draft.last_handled_reconcile_at,
-            **draft.extra,
-        )
-        await self.write_status(obj, desired)
-        return conditions
-
-    async def write_status(self, obj: ObjT, desired: BaseModel) -> bool:
-        """Patch the status only if it differs from the stored one. Returns True if a patch was sent."""
-        if not self.writes_status:
-            return False
-        # An empty string means "unset" (e.g. webhookPath after TokenNotFound): normalise before comparing.
-        empty = {name: None for name, value in desired if value == ""}
-        if empty:
-            desired = desired.model_copy(update=empty)
-        if desired == obj.status:
-            return False
-        body = desired.model_dump(by_alias=True, mode="json", exclude_none=True)
-        # Fields set before and unset now are cleared with an explicit null (merge-patch semantics).
-        for name, info in type(desired).model_fields.items():
-            if getattr(desired, name) is None and getattr(obj.status, name, None) is not None:
-                body[info.alias or name] = None
-        try:
-            await self.cluster.patch_status(ObjectRef.of(obj), body)
-        except KubeError as exc:
-            if exc.not_found:  # deleted meanwhile; the deletion is reconciled separately
-                return False
-            raise
-        self.status_writes += 1
-        return True
-
-    async def ready_transition_event(
-        self, obj: ObjT, before: Sequence[Condition], after: Sequence[Condition], ready_message: str
-    ) -> None:
-        """Events for the kinds Flux gives no status (Alert, Provider): one per change of Ready only.
-
-        A converged object resynced every 10 minutes emits nothing; a failing one emits one Warning
-        when it starts failing (and again if the reason or message changes), one Normal when it recovers.
-        """
-        old, new = cond.find(before, cond.READY), cond.find(after, cond.READY)
-        if new is None or new.status == ConditionStatus.UNKNOWN:
-            return
-        if old is not None and (old.status, old.reason, old.message) == (new.status, new.reason, new.message):
-            return
-        if new.status == ConditionStatus.TRUE:
-            await self.recorder.event(ObjectRef.of(obj), NORMAL, new.reason, ready_message)
-        else:
-            await self.warn(obj, new.reason, new.message)
-
-    def mark_terminal(self, obj: ObjT, draft: StatusDraft, reason: str, error: str) -> str:
-        """``StatusDraft.mark_terminal`` and a warning log line saying why. Returns the condition message."""
-        message = draft.mark_terminal(reason, error, obj.metadata.generation)
-        self.logger.warning("%s: %s", self.describe(obj), message)
-        return message
-
-    async def warn(self, obj: ObjT, reason: str, message: str) -> None:
-        await self.recorder.event(ObjectRef.of(obj), WARNING, reason, message)
-
-    @staticmethod
-    def describe(obj: Object) -> str:
-        return f"{obj.KIND}/{obj.metadata.namespace}/{obj.metadata.name}"
-
-    @staticmethod
-    def log_fields(obj: Object, error: str = "") -> dict[str, dict[str, object]]:
-        """Flux's structured keys for a log line about ``obj`` (``extra=``)."""
-        return fields(**object_fields(obj.KIND, obj.metadata.namespace, obj.metadata.name, error=error))

@@ -45,7 +45,7 @@ from ..objects.base import Key
 from ..providers.options import resolve_options
 from ..providers.registry import create_notifier
 from .alert import field_of, joined
-from .base import DONE, Reconciler, Result, StatusDraft
+from .base import DONE, Result, StatusDraft, TemplateReconciler
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ def provider_errors(provider: Provider) -> list[tuple[str, str, str]]:
     return errors
 
 
-class ProviderReconciler(Reconciler[Provider]):
+class ProviderReconciler(TemplateReconciler[Provider]):
     kind = "Provider"
     watched_kind = "Secret"
     logger = log

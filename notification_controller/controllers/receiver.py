@@ -32,7 +32,7 @@ from ..lib.duration import format_duration
 from ..objects.base import Key, ObjectRef
 from ..receivers import registry
 from .alert import joined
-from .base import DONE, Reconciler, Result, StatusDraft
+from .base import DONE, Result, StatusDraft, TemplateReconciler
 from .events import NORMAL
 
 log = logging.getLogger(__name__)
@@ -160,7 +160,7 @@ def receiver_errors(receiver: Receiver) -> list[tuple[str, str, str]]:
     return errors
 
 
-class ReceiverReconciler(Reconciler[Receiver]):
+class ReceiverReconciler(TemplateReconciler[Receiver]):
     kind = "Receiver"
     watched_kind = "Secret"
     logger = log

@@ -44,7 +44,7 @@ from ..errors import KubeError, StoreError
 from ..lib.clock import rfc3339
 from ..objects.base import Change, Key, ObjectRef
 from .alert import field_of, joined
-from .base import DONE, ConditionsDraft, Reconciler, Result, StatusDraft, spec_or_meta_changed
+from .base import DONE, ConditionsDraft, Reconciler, Result, spec_or_meta_changed
 from .events import NORMAL
 
 log = logging.getLogger(__name__)
@@ -135,8 +135,8 @@ def next_transition(
 
 
 class SilenceReconciler(Reconciler[Any]):
-    """See the module docstring. The reconcile template of ``base.Reconciler`` is not used: a Silence has no
-    finalizer, no ``suspend`` and no hooks; its status is its own (``SilenceStatus``)."""
+    """See the module docstring. Not ``base.TemplateReconciler``: a Silence has no finalizer, no ``suspend``
+    and no hooks; its status is its own (``SilenceStatus``)."""
 
     kind = "Silence"
     watched_kind = "Silence"  # nothing else: a Silence references no other object
@@ -187,12 +187,6 @@ class SilenceReconciler(Reconciler[Any]):
 
     def load(self, key: Key) -> Silence | None:
         return self.store.silence(*key)
-
-    def children(self, obj: Any, draft: StatusDraft) -> dict[str, Any]:
-        return {}
-
-    async def evaluate(self, obj: Any, draft: StatusDraft) -> Result:  # pragma: no cover - not used
-        raise NotImplementedError("SilenceReconciler.reconcile does the whole reconcile")
 
     async def reconcile(self, key: Key) -> Result:
         silence = self.load(key)
