@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from ..errors import StoreError
 from ..metrics import DeliveryMetrics
@@ -83,23 +83,23 @@ class InstrumentedStore:
 
     async def append_held(self, items: Sequence[NewItem], hold: Sequence[bool]) -> list[Lease]:
         """``HeldAppend.append_held`` of the backend; a backend without it appends and leases nothing."""
-        inner = self.inner
-        if isinstance(inner, HeldAppend):
+        if self.holds:  # not isinstance at each call: a runtime Protocol check walks its attributes
+            inner = cast(HeldAppend, self.inner)
             return await self._call("append", lambda: inner.append_held(items, hold))
         await self.append(items)
         return []
 
     async def lease_many(self, provider: str, limit: int) -> list[Lease]:
-        inner = self.inner
-        if isinstance(inner, BatchOutbox):
-            return await self._call("lease", lambda: inner.lease_many(provider, limit))
+        if self.batches:
+            batched = cast(BatchOutbox, self.inner)
+            return await self._call("lease", lambda: batched.lease_many(provider, limit))
         one = await self.lease(provider)
         return [one] if one is not None else []
 
     async def ack_many(self, leases: Sequence[Lease]) -> None:
-        inner = self.inner
-        if isinstance(inner, BatchOutbox):
-            await self._call("ack", lambda: inner.ack_many(leases))
+        if self.batches:
+            batched = cast(BatchOutbox, self.inner)
+            await self._call("ack", lambda: batched.ack_many(leases))
             return
         for lease in leases:
             await self.ack(lease)

@@ -717,18 +717,29 @@ class _Writer:
         self._stop_seen = False
         self._sweeping = False
 
-    @property
-    def alive(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        self.alive = False
+        """Whether the thread runs: set before it starts, cleared as it ends, whatever ends it. Read by every
+        call (``SQLiteStore._run``), so a flag, not ``Thread.is_alive()`` (a lock round trip each time)."""
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         opened: asyncio.Future[None] = loop.create_future()
         self._thread = threading.Thread(
-            target=self._main, args=(opened, loop), name="state-sqlite", daemon=True
+            target=self._life, args=(opened, loop), name="state-sqlite", daemon=True
         )
-        self._thread.start()
+        self.alive = True
+        try:
+            self._thread.start()
+        except BaseException:
+            self.alive = False
+            raise
         await opened
+
+    def _life(self, opened: asyncio.Future[None], loop: asyncio.AbstractEventLoop) -> None:
+        try:
+            self._main(opened, loop)
+        finally:
+            self.alive = False
 
     def submit(self, call: _Call, wait: float) -> None:
         """Queue ``call``: the calls made during one turn of the event loop reach the thread together (one

@@ -19,7 +19,7 @@ import pytest
 from notification_controller.errors import StoreError
 from notification_controller.lib.clock import ManualClock
 from notification_controller.store.base import NewItem, Retention
-from notification_controller.store.sqlite import SWEEP_CHUNK, SQLiteStore
+from notification_controller.store.sqlite import _STOP, SWEEP_CHUNK, SQLiteStore
 
 DAY = 86400.0
 
@@ -45,6 +45,21 @@ async def test_a_batch_whose_commit_machinery_fails_does_not_end_the_writer_thre
             await store.append([NewItem("after", "lane", b"x")])
             assert (await store.stats())["lane"].depth == 1
             await store.ping()
+
+
+async def test_once_the_writer_thread_has_ended_every_call_fails_at_once(tmp_path: Path) -> None:
+    """``alive`` is a flag the thread clears as it ends (not ``Thread.is_alive()`` per call): a call made
+    after the thread ended fails with a clear error instead of waiting for an answer that cannot come."""
+    async with started(SQLiteStore(tmp_path / "s.db", timeout=30)) as store:
+        writer, thread = store._writer, store._writer._thread if store._writer else None
+        assert writer is not None and thread is not None
+        running = writer.alive
+        writer._queue.put(_STOP)  # the thread ends as at shutdown
+        await asyncio.to_thread(thread.join, 10)
+        assert running and not thread.is_alive() and not writer.alive
+        async with asyncio.timeout(5):  # far under the call's own 30 s deadline
+            with pytest.raises(StoreError, match="writer thread is not running"):
+                await store.append([NewItem("late", "lane", b"x")])
 
 
 async def test_while_another_connection_holds_the_lock_calls_fail_in_time_and_write_nothing(
