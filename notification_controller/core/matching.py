@@ -15,8 +15,8 @@ Message filters are the one part of matching whose cost an Alert's author contro
   ``compile_alert(alert, previous)``; and Alerts with the same list share one compiled list (issue 17:
   lists are copied between Alerts, and 10,000 Alerts compiled ~20,000 RE2 programs at start-up, a third
   of the load time). The compiled lists are immutable, and RE2 matching on one program is thread-safe;
-* ``filter_cost(message_length)`` is a worst-case estimate (bytes × RE2 program size: a DFA that thrashes
-  costs about that) that the dispatcher uses to run heavy filters off the event loop;
+* ``filter_weight`` × message length is a worst-case estimate (bytes × RE2 program size: a DFA that
+  thrashes costs about that) that the dispatcher uses to run heavy filters off the event loop;
 * an Alert over the bounds of ``api/alert.py`` is not compiled at all: ``refused`` carries the reason, the
   dispatcher delivers nothing for it and the reconciler reports it (``Ready=False``).
 
@@ -168,7 +168,7 @@ class CompiledAlert:
     name: str = field(init=False)
     severity: str = field(init=False)
     has_inclusion_list: bool = field(init=False)
-    filter_weight: int = field(init=False)  # the RE2 program sizes that ``message_allowed`` runs
+    filter_weight: int = field(init=False)  # RE2 program sizes ``message_allowed`` runs: × bytes = worst case
 
     def __post_init__(self) -> None:
         meta = self.alert.metadata
@@ -211,10 +211,6 @@ class CompiledAlert:
             s.match(event, self.severity) is SourceMatch.NEEDS_LABELS and s.labels_match(labels)
             for s in self.sources
         )
-
-    def filter_cost(self, message_length: int) -> int:
-        """Worst-case work of ``message_allowed`` on a message this long (bytes × program size)."""
-        return message_length * self.filter_weight
 
     def message_allowed(self, message: str | bytes) -> bool:
         """Inclusion (any must match, if a list is given) then exclusion (any match excludes).

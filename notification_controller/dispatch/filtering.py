@@ -3,8 +3,8 @@
 An Alert's inclusion/exclusion lists are matched against the whole event message, as Flux does. RE2 is
 linear, but linear in *message bytes × program size*: a few Alerts with large lists and a 100 KB message
 were seconds of CPU, and run on the loop they stalled all four listeners, health included. The dispatcher
-estimates that cost (``CompiledAlert.filter_cost``); below ``inline_cost`` (every ordinary event: a few
-hundred bytes against a few expressions) the filters run inline, above it they run here:
+estimates that cost (``CompiledAlert.filter_weight`` × message bytes); below ``inline_cost`` (every ordinary
+event: a few hundred bytes against a few expressions) the filters run inline, above it they run here:
 
 * on one worker thread (RE2 releases the GIL while it matches: measured, the loop keeps running),
   so heavy filtering uses at most one core and never starves the loop's default executor (DNS);

@@ -75,7 +75,8 @@ class Matcher:
             return self._split(event, candidates, [], event_id)[0], None
         message = event.message
         size = len(message) if message.isascii() else 4 * len(message)  # UTF-8 bytes, at most
-        cost = size * sum([compiled.filter_weight for compiled, _ in candidates])  # filter_cost, summed
+        # worst-case work of every candidate's filters (bytes × RE2 program sizes)
+        cost = size * sum([compiled.filter_weight for compiled, _ in candidates])
         if self.filters.inline(cost):  # cost 0: no valid expression anywhere, the text is not looked at
             return self.match_inline(event, candidates, message if cost else "", event_id)
         if self._refuse_filters(event, candidates, size, event_id):

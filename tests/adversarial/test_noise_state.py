@@ -193,9 +193,9 @@ async def test_distinct_objects_against_a_threshold_alert_are_bounded_and_expire
         proc = ControllerProcess(
             manifests(tmp_path / "m", sink.url, ("counted", "Kustomization", extra)),
             [
-                f"--noise-max-keys-per-alert={2 * THRESHOLD_EVENTS}",
+                f"--noise-max-keys-per-alert={2 * THRESHOLD_EVENTS}",  # the TTL, not the cap, bounds it here
                 *SMALL_HISTORY,
-            ],  # the TTL, not the cap, bounds it
+            ],
             log_path=tmp_path / "log",
         )
         await proc.start()
