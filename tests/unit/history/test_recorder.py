@@ -3,12 +3,14 @@ refusals within a budget, and a failing history that never fails the caller."""
 
 from __future__ import annotations
 
+import time
+
 from prometheus_client import CollectorRegistry
 
 from notification_controller.api.event import Event
 from notification_controller.core.redact import Redactor
 from notification_controller.history.memory import MemoryHistory
-from notification_controller.history.model import Outcome, Query, Row
+from notification_controller.history.model import LAST_NS, Outcome, Query, Row, new_record_id
 from notification_controller.history.recorder import MEMO_SIZE, MEMO_TEXT, REFUSED_BURST, Recorder
 from notification_controller.metrics import HistoryMetrics
 
@@ -119,3 +121,29 @@ async def test_with_no_secret_held_texts_are_only_cut_until_one_arrives() -> Non
     redactor.set_source(("Secret", "s"), [SECRET])
     rec.record(Outcome.UNMATCHED, event(f"token {SECRET}"), "e2")
     assert (await history.query(Query(limit=1)))[0].message == "token *****"
+
+
+async def test_with_no_secret_held_a_long_detail_and_request_are_cut() -> None:
+    history = MemoryHistory()
+    rec = Recorder(history, Redactor())
+    rec.record(Outcome.FAILED, event("m"), "e1", detail="d" * 3000, request="POST " + "r" * 3000)
+    (r,) = await history.query(Query())
+    assert len(r.detail) == len(r.request) == 1024
+    assert r.detail.endswith("...") and r.request.startswith("POST rrr") and r.request.endswith("...")
+    rec.record(Outcome.DELIVERED, event("m"), "e2", detail="short", request="POST https://x (1 B)")
+    assert (await history.query(Query(limit=1)))[0].request == "POST https://x (1 B)"
+
+
+async def test_record_ids_keep_increasing_when_the_clock_does_not() -> None:
+    """The Recorder moves the process's last id time on inline (``LAST_NS``), as ``new_record_id`` does:
+    ids made by either, in any order, never repeat and sort in the order they were made."""
+    history = MemoryHistory()
+    rec = Recorder(history, Redactor())
+    ahead = time.time_ns() + 1_000_000_000  # a clock that stands a second behind the last id
+    LAST_NS[0] = max(LAST_NS[0], ahead)
+    rec.record(Outcome.UNMATCHED, event("a"), "e1")
+    between = new_record_id()
+    rec.record(Outcome.UNMATCHED, event("b"), "e2")
+    second, first = await history.query(Query())
+    assert first.id < between < second.id
+    assert int(first.id[:20]) == ahead + 1 and int(second.id[:20]) == ahead + 3
