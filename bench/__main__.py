@@ -81,7 +81,7 @@ async def run(args: argparse.Namespace, work: Path) -> RunReport:
     logs.mkdir(parents=True, exist_ok=True)
     timing = Timing()
     if args.quick:
-        timing = Timing(warmup=1, slice=2, slices=1, rate_seconds=3.0)
+        timing = Timing(warmup=1, slice=2, slices=1, rate_seconds=3.0, ab_processes=1, ab_slices=1)
     ctx = Context(
         work=work,
         logs=logs,

@@ -72,6 +72,9 @@ class Timing:
     connections: int = 16  # wrk 1 thread x 16 connections, as issue 29's outside measurement
     rate_seconds: float = 10.0
     receiver_wait: float = 30.0
+    ab_processes: int = 3  # ``across_processes``: processes per variant,
+    ab_slices: int = 2  # slices per process,
+    ab_slice: int = 2  # wrk seconds per slice
 
 
 @dataclass
@@ -300,6 +303,56 @@ async def interleaved(ctx: Context, label: str, targets: Sequence[Target]) -> li
     return results
 
 
+@dataclass
+class Variant:
+    """One configuration of the controller in ``across_processes``: its manifests and flags."""
+
+    name: str
+    manifests: Path
+    args: Sequence[str] = ()
+
+
+async def across_processes(
+    ctx: Context,
+    label: str,
+    variants: Sequence[Variant],
+    target: Callable[[str, Controller], Target],
+) -> dict[str, Measured]:
+    """CPU of nearly identical controllers, each variant in ``processes`` processes of its own, every
+    process measured in ``slices`` slices taken in turn (forwards, then backwards), summed per variant.
+
+    For a difference of a few per cent (the history recorder, the new stages) one process per variant is
+    not enough: processes of the very same controller differ by up to 17 % in CPU per event on this 2-core
+    machine (three of them measured in turn in one run: 47.0, 50.3 and 54.8 µs; each process has its own
+    hash seed and memory layout), while four processes each of two identical controllers came within 0.4 %
+    of each other. The reverse order of every other round cancels a drift over time."""
+    timing = ctx.timing
+    processes, slices, seconds = timing.ab_processes, timing.ab_slices, timing.ab_slice
+    async with contextlib.AsyncExitStack() as stack:
+        targets: list[tuple[str, Target]] = []
+        for i in range(processes):
+            for v in variants:
+                controller, _ = await stack.enter_async_context(
+                    running_controller(v.manifests, ctx.logs, v.args)
+                )
+                targets.append((v.name, target(f"{v.name}#{i}", controller)))
+        for _, t in targets:
+            await measure_run(ctx, t, f"{label}-warm-{t.name}", timing.warmup)
+        totals = {v.name: Measured() for v in variants}
+        each = {t.name: Measured() for _, t in targets}
+        for round_ in range(slices):
+            for name, t in targets if round_ % 2 == 0 else targets[::-1]:
+                measured = await measure_run(ctx, t, f"{label}-{t.name}-{round_}", seconds)
+                totals[name].add(measured)
+                each[t.name].add(measured)
+    per = "notification" if targets and targets[0][1].per_notification else "event"
+    ctx.detail(
+        label,
+        **{f"cpu_us_per_{per}": {who: m.cpu_us(per == "notification") for who, m in each.items()}},
+    )
+    return totals
+
+
 @contextlib.asynccontextmanager
 async def profiled(
     ctx: Context, controller: Controller, name: str, seconds: float
@@ -432,35 +485,50 @@ async def bench_ingest(ctx: Context) -> None:
         Helper("bench.baseline", [], ctx.logs) as bare,
         go_peer,
         running_controller(manifests, ctx.logs) as (controller, startup),
-        running_controller(manifests, ctx.logs, NO_HISTORY_ARGS) as (unrecorded, _),
     ):
         ctx.startups["small"] = (startup, controller.rss_mb())
-        seconds = ctx.timing.slices * ctx.timing.slice * 4 + 4 * ctx.timing.warmup
+        seconds = ctx.timing.slices * ctx.timing.slice * 3 + 3 * ctx.timing.warmup
         async with profiled(ctx, controller, "ingest", seconds) as set_cost:
-            ours, base, go, off = await interleaved(
+            ours, base, go = await interleaved(
                 ctx,
                 "ingest",
                 [
                     Target("controller", controller.pid, controller.url("events"), lambda _: templates),
                     Target("bare", bare.pid, bare.url + "/", lambda _: templates),
                     Target("go", go_peer.pid, go_peer.url + "/", lambda _: templates),
-                    Target("no-history", unrecorded.pid, unrecorded.url("events"), lambda _: templates),
                 ],
             )
             set_cost(ours.cpu_us())
+    ctx.step("the history recorder on vs off, across processes")
+    history = await across_processes(
+        ctx,
+        "ingest-history",
+        [Variant("on", manifests), Variant("off", manifests, NO_HISTORY_ARGS)],
+        lambda who, c: Target(who, c.pid, c.url("events"), lambda _: templates),
+    )
+    on, off = history["on"], history["off"]
     ctx.detail(
         name,
         controller=ours.summary(),
         bare_server=base.summary(),
         go_peer=go.summary(),
+        history_on=on.summary(),
         history_off=off.summary(),
         startup_s=startup,
     )
     ctx.report.add(rate_row(name, "accepted req/s (wrk)", ours.rps, base.rps, BARE, 0.75))
     ctx.report.add(cpu_row(name, "event", ours.cpu_us(), base.cpu_us(), BARE, 1.3, status_note(ours, 202)))
     ctx.report.add(cpu_row(name, "event", ours.cpu_us(), go.cpu_us(), GO, 1.5, status_note(go, 202)))
-    ctx.report.add(cpu_row(name, "event (history)", ours.cpu_us(), off.cpu_us(), NO_HISTORY, 1.1))
+    ctx.report.add(cpu_row(name, "event (history)", on.cpu_us(), off.cpu_us(), NO_HISTORY, 1.1, ab_note(ctx)))
     ctx.report.add(memory_row(name, ours, base, BARE))
+
+
+def ab_note(ctx: Context) -> str:
+    t = ctx.timing
+    return (
+        f"{t.ab_processes} processes of each, {t.ab_slices} slices of {t.ab_slice} s per process in turn "
+        "(across_processes)"
+    )
 
 
 # ---- 2 ---------------------------------------------------------------------------------------------------
@@ -502,8 +570,6 @@ async def bench_dispatch(ctx: Context) -> None:
             ) as queue_fwd,
             go_peer,
             running_controller(manifests, ctx.logs, pending) as (controller, _),
-            running_controller(manifests, ctx.logs, [*pending, *NO_HISTORY_ARGS]) as (unrecorded, _),
-            running_controller(silenced, ctx.logs, pending) as (staged, _),
         ):
             seconds = ctx.timing.slices * ctx.timing.slice + ctx.timing.warmup + 8
             ours_t = Target(
@@ -518,21 +584,10 @@ async def bench_dispatch(ctx: Context) -> None:
                 Target(f"forwarder-{v}", f.pid, f.url + "/", templates, sink=sink, per_notification=True)
                 for v, f in (("task", task_fwd), ("queue", queue_fwd))
             )
-            off_t = Target(
-                "no-history",
-                unrecorded.pid,
-                unrecorded.url("events"),
-                templates,
-                sink=sink,
-                per_notification=True,
-            )
             go_t = Target("go", go_peer.pid, go_peer.url + "/", templates, sink=sink, per_notification=True)
-            staged_t = Target(
-                "stages", staged.pid, staged.url("events"), templates, sink=sink, per_notification=True
-            )
-            async with profiled(ctx, controller, "dispatch", seconds * 6) as set_cost:
-                ours, by_task, by_queue, go, off, stages = await interleaved(
-                    ctx, "dispatch", [ours_t, task_t, queue_t, go_t, off_t, staged_t]
+            async with profiled(ctx, controller, "dispatch", seconds * 4) as set_cost:
+                ours, by_task, by_queue, go = await interleaved(
+                    ctx, "dispatch", [ours_t, task_t, queue_t, go_t]
                 )
                 set_cost(ours.cpu_us(per_notification=True))
             # the baseline is the cheaper of the two cheapest forwarder variants, in this very run
@@ -551,6 +606,18 @@ async def bench_dispatch(ctx: Context) -> None:
             )
             ours.remember_memory(controller.pid)
             base.remember_memory(forwarder.pid)
+        ctx.step("the history recorder and the new stages on vs off, across processes")
+        staged = await across_processes(
+            ctx,
+            "dispatch-stages",
+            [
+                Variant("on", manifests, pending),
+                Variant("off", manifests, [*pending, *NO_HISTORY_ARGS]),
+                Variant("stages", silenced, pending),
+            ],
+            lambda who, c: Target(who, c.pid, c.url("events"), templates, sink=sink, per_notification=True),
+        )
+    on, off, stages = staged["on"], staged["off"], staged["stages"]
     ctx.detail(
         name,
         controller=ours.summary(),
@@ -558,6 +625,7 @@ async def bench_dispatch(ctx: Context) -> None:
         forwarder_variants={v: m.summary() for v, (m, _) in variants.items()},
         cheapest_forwarder=cheapest,
         go_peer=go.summary(),
+        history_on=on.summary(),
         history_off=off.summary(),
         new_stages=stages.summary(),
         controller_totals=totals,
@@ -574,7 +642,7 @@ async def bench_dispatch(ctx: Context) -> None:
     for who, measured in (("controller", ours), ("forwarder", base), ("Go peer", go)):
         if measured.notifications != measured.events:
             notes.append(f"{who}: {measured.events} accepted, {measured.notifications} delivered")
-    busy = [m.sink_busy or 0.0 for m in (ours, by_task, by_queue, go, off, stages)]
+    busy = [m.sink_busy or 0.0 for m in (ours, by_task, by_queue, go, on, off, stages)]
     notes.append(f"sink busy {min(busy):.0%}-{max(busy):.0%} of a CPU")
     ctx.report.add(rate_row(name, "accepted req/s (wrk)", ours.rps, base.rps, FORWARDER))
     ctx.report.add(rate_row(name, "delivered/s", ours.delivered_rate, base.delivered_rate, FORWARDER))
@@ -603,10 +671,11 @@ async def bench_dispatch(ctx: Context) -> None:
         cpu_row(
             name,
             "notification (history)",
-            ours.cpu_us(per_notification=True),
+            on.cpu_us(per_notification=True),
             off.cpu_us(per_notification=True),
             NO_HISTORY,
             1.1,
+            ab_note(ctx),
         )
     )
     ctx.report.add(
@@ -618,7 +687,7 @@ async def bench_dispatch(ctx: Context) -> None:
             ALL_OFF,
             1.1,
             "history on + a Silence that holds nothing + tracing off (default), vs --history=false, "
-            "no Silence",
+            f"no Silence; {ab_note(ctx)}",
         )
     )
     ctx.report.add(memory_row(name, ours, base, FORWARDER))

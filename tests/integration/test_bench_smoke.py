@@ -25,7 +25,18 @@ from bench.forwarder import VARIANTS
 from bench.load import percentile, run_load
 from bench.procs import ROOT, Helper, metric_sum, quiet_cpu, read_proc_status
 from bench.report import Row, RunReport, render_spread, render_table
-from bench.suite import Context, Skip, Target, Timing, drained, measure_run, sink_stats, wait_receiver
+from bench.suite import (
+    Context,
+    Skip,
+    Target,
+    Timing,
+    Variant,
+    across_processes,
+    drained,
+    measure_run,
+    sink_stats,
+    wait_receiver,
+)
 from bench.wrk import MARKER, WrkError, parse_output, run_wrk, write_templates
 from tests.support.capture import CaptureServer
 
@@ -377,3 +388,30 @@ async def test_drained_waits_through_a_pause_until_every_expected_notification(t
         await sender
     assert early["received"] == 10
     assert stats["received"] == 20
+
+
+async def test_across_processes_measures_every_process_of_each_variant(tmp_path: Path, wrk: str) -> None:
+    """The history rows' measurement: each variant runs in its own processes (here 2 of each), every process
+    is measured, and a variant's total is the sum of its processes' slices (one detail per process)."""
+    templates = write_templates(tmp_path / "no-match.txt", workloads.no_match_templates(20))
+    manifests = workloads.no_match_manifests(tmp_path / "manifests")
+    timing = Timing(warmup=1, connections=4, ab_processes=2, ab_slices=1, ab_slice=1)
+    ctx = Context(work=tmp_path, logs=tmp_path, report=RunReport(), timing=timing)
+    totals = await across_processes(
+        ctx,
+        "ab-smoke",
+        [Variant("on", manifests), Variant("off", manifests, ["--history=false"])],
+        lambda who, c: Target(who, c.pid, c.url("events"), lambda _: templates),
+    )
+    per_process = ctx.report.details["ab-smoke"]["cpu_us_per_event"]
+    assert sorted(per_process) == ["off#0", "off#1", "on#0", "on#1"]
+    assert all(us is not None and 1 < us < 100_000 for us in per_process.values())
+    for name in ("on", "off"):
+        measured = totals[name]
+        assert measured.events > 0 and measured.events == measured.load.statuses[202]
+        assert measured.cpu_s > 0
+        total_us = measured.cpu_us()
+        assert total_us is not None
+        low = min(per_process[f"{name}#0"], per_process[f"{name}#1"])
+        high = max(per_process[f"{name}#0"], per_process[f"{name}#1"])
+        assert low <= total_us <= high  # a weighted mean of its processes
