@@ -25,12 +25,12 @@ call), and the record's time moves ``model.LAST_NS`` on inline instead of callin
 
 What recording still costs on the wall clock is more than its instructions say. With the event id made by
 ``bytes.hex`` (``dispatch/model.new_id``), the server executes 235.9k instructions per no-match event against
-222.2k with the history off (callgrind, 1,600 events on 16 connections: 1.06 ×), but takes 1.12–1.16 × the
-CPU (``bench``'s ``across_processes``, 3 processes per variant); timers inside one process put 2.1–2.5 µs in
+222.2k with the history off (callgrind, 1,600 events on 16 connections: 1.06 ×), but takes 1.06–1.21 × the
+CPU (three runs of ``make bench``, 3 processes per variant: ``across_processes``); timers inside one process put 2.1–2.5 µs in
 ``record`` itself and ~4.5 µs more in ``Dispatcher.admit`` in all. Callgrind's cache simulation counts ~260
 more first-level instruction misses and ~12 more last-level write misses per event: code and memory the
 rest of the path does not touch. Batching the records per turn of the event loop did not lower it
-(measured 1.21 ×, so not kept).
+(1.21 × against 1.15–1.19 × without, measured the same way), so it was not kept.
 
 Refusals are what an unauthenticated client controls most cheaply (a flood of bad POSTs would push every
 useful record out of the ring): they are recorded at most ``REFUSED_RATE`` a second with a burst of
