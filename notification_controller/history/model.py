@@ -59,9 +59,7 @@ def cut(text: str, limit: int = MAX_TEXT) -> str:
 
 
 _SUFFIX = os.urandom(2).hex()  # 4 hex characters: this process
-LAST_NS = [0]
-"""The nanoseconds of the last record id made in this process (a list: ``Recorder.record`` moves it on
-inline, as ``next_ns`` does, without a call on the pipeline's path)."""
+_last_ns = 0
 
 
 def new_record_id(time_ns: int | None = None) -> str:
@@ -73,11 +71,11 @@ def new_record_id(time_ns: int | None = None) -> str:
 def next_ns(time_ns: int | None = None) -> int:
     """Nanoseconds since the epoch, now (``time_ns``), strictly increasing within this process: what a
     record's id is made of (``record_id``)."""
+    global _last_ns
     ns = _time.time_ns() if time_ns is None else time_ns
-    last = LAST_NS
-    if ns <= last[0]:
-        ns = last[0] + 1
-    last[0] = ns
+    if ns <= _last_ns:
+        ns = _last_ns + 1
+    _last_ns = ns
     return ns
 
 

@@ -21,7 +21,7 @@ recording a unique message cost (callgrind, 10,000 distinct no-match events: 25.
 record; the server's 253.6k → 246.9k an event, against 227.2k with the history off).
 
 With no value held, a record's ``detail`` and ``request`` are only cut too (no memo lookup, no ``mask``
-call), and the record's time moves ``model.LAST_NS`` on inline instead of calling ``next_ns``.
+call).
 
 What recording still costs on the wall clock is more than its instructions say. With the event id made by
 ``bytes.hex`` (``dispatch/model.new_id``), the server executes 235.9k instructions per no-match event against
@@ -42,13 +42,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from time import time_ns
 
 from ..api.event import Event
 from ..core.redact import MIN_LEN, Redactor
 from ..lib.tokenbucket import Bucket
 from ..metrics import HistoryMetrics
-from .model import CUT, LAST_NS, MAX_TEXT, OUTCOME_VALUES, History, Outcome, cut
+from .model import CUT, MAX_TEXT, OUTCOME_VALUES, History, Outcome, cut, next_ns
 
 REFUSED_RATE = 10.0
 REFUSED_BURST = 100
@@ -184,10 +183,7 @@ class Recorder:
                     detail = self._memo.get(detail) or self.mask(detail)
                 if request:
                     request = self.mask(request)
-            ns, last_ns = time_ns(), LAST_NS  # ``next_ns``, inline
-            if ns <= last_ns[0]:
-                ns = last_ns[0] + 1
-            last_ns[0] = ns
+            ns = next_ns()
             self._put(
                 (
                     ns, ns / 1e9, event_id, notification_id, obj, severity, reason, message, alert, provider,

@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry
 from notification_controller.api.event import Event
 from notification_controller.core.redact import Redactor
 from notification_controller.history.memory import MemoryHistory
-from notification_controller.history.model import LAST_NS, Outcome, Query, Row, new_record_id
+from notification_controller.history.model import Outcome, Query, Row, new_record_id, next_ns
 from notification_controller.history.recorder import MEMO_SIZE, MEMO_TEXT, REFUSED_BURST, Recorder
 from notification_controller.metrics import HistoryMetrics
 
@@ -135,12 +135,11 @@ async def test_with_no_secret_held_a_long_detail_and_request_are_cut() -> None:
 
 
 async def test_record_ids_keep_increasing_when_the_clock_does_not() -> None:
-    """The Recorder moves the process's last id time on inline (``LAST_NS``), as ``new_record_id`` does:
-    ids made by either, in any order, never repeat and sort in the order they were made."""
+    """The Recorder and ``new_record_id`` share the process's last id time (``next_ns``): ids made by
+    either, in any order, never repeat and sort in the order they were made."""
     history = MemoryHistory()
     rec = Recorder(history, Redactor())
-    ahead = time.time_ns() + 1_000_000_000  # a clock that stands a second behind the last id
-    LAST_NS[0] = max(LAST_NS[0], ahead)
+    ahead = next_ns(time.time_ns() + 1_000_000_000)  # the last id: a second ahead of the clock
     rec.record(Outcome.UNMATCHED, event("a"), "e1")
     between = new_record_id()
     rec.record(Outcome.UNMATCHED, event("b"), "e2")
