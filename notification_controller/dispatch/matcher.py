@@ -189,7 +189,7 @@ class Matcher:
         self._unmatched_count.inc()
         history = self.report.history
         if history is not None:
-            history.record(Outcome.UNMATCHED, event, event_id, detail=detail)
+            history.unmatched(event, event_id, detail)
 
     def _drop_all(self, candidates: Candidates, reason: DropReason, event: Event, event_id: str) -> None:
         for compiled, _ in candidates:

@@ -16,6 +16,7 @@ from notification_controller.history.model import (
     new_record_id,
     parse_rfc3339,
     rfc3339_ms,
+    row_time,
 )
 
 
@@ -140,3 +141,22 @@ def test_query_refuses_what_it_cannot_mean_and_bounds_the_limit() -> None:
     with pytest.raises(ValueError, match="limit"):
         Query(limit=0)
     assert Query(limit=10**9).bounded_limit == MAX_LIMIT
+
+
+def test_a_rows_time_is_its_own_or_its_ids() -> None:
+    """``Row``: a row made from a Record keeps its float time; a recorder's row (the id as its ``next_ns``)
+    leaves the time ``None``, and it reads as those nanoseconds in seconds, in a Record and in a query."""
+    r = record(time=1_795_000_000.125)
+    assert row_time(r.row()) == 1_795_000_000.125 and Record.from_row(r.row()) == r
+    ns = 1_795_000_000_250_000_000
+    row = (ns, None, *r.row()[2:])
+    seconds = ns / 1e9
+    assert (
+        row_time(row) == seconds
+        and Record.from_row(row).time == seconds
+        and abs(seconds - 1_795_000_000.25) < 1e-6
+    )
+    assert Query(since=seconds, until=seconds).matches_row(row)
+    assert not Query(since=seconds + 0.01).matches_row(row) and not Query(until=seconds - 0.01).matches_row(
+        row
+    )

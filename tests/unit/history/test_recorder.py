@@ -146,3 +146,49 @@ async def test_record_ids_keep_increasing_when_the_clock_does_not() -> None:
     second, first = await history.query(Query())
     assert first.id < between < second.id
     assert int(first.id[:20]) == ahead + 1 and int(second.id[:20]) == ahead + 3
+
+
+async def test_unmatched_records_what_record_would() -> None:
+    """``Recorder.unmatched`` (the no-match event's record, with its arguments in place) makes the record
+    ``record(Outcome.UNMATCHED, ...)`` makes: the same fields, masked and cut alike, with or without a
+    Secret held; only the id and time differ."""
+    for secret_held in (False, True):
+        history = MemoryHistory()
+        redactor = Redactor()
+        if secret_held:
+            redactor.set_source("canary", [SECRET])
+        rec = Recorder(history, redactor)
+        detail = f"no Alert for {SECRET} " + "d" * 3000
+        rec.record(Outcome.UNMATCHED, event(f"token {SECRET} " + "m" * 3000), "e1", detail=detail)
+        rec.unmatched(event(f"token {SECRET} " + "m" * 3000), "e1", detail)
+        second, first = await history.query(Query())
+        assert second.id > first.id and second.time >= first.time
+        assert {**second.to_json(), "id": "", "time": ""} == {**first.to_json(), "id": "", "time": ""}
+        assert second.outcome is Outcome.UNMATCHED and len(second.detail) == len(second.message) == 1024
+        assert (SECRET in second.message + second.detail) is not secret_held
+
+
+def test_a_failing_history_never_fails_the_unmatched_caller() -> None:
+    registry = CollectorRegistry()
+    rec = Recorder(Broken(), Redactor(), HistoryMetrics(registry))
+    rec.unmatched(event("m"), "e", "no Alert")
+    assert registry.get_sample_value("notification_history_dropped_total") == 1
+
+
+async def test_a_recorders_row_leaves_its_time_to_its_id() -> None:
+    """The recorder's rows carry no float time (``Row``): it is the id's nanoseconds, as a Record, in a
+    query's time range, and in the JSON."""
+    history = MemoryHistory()
+    rec = Recorder(history, Redactor())
+    before = time.time()
+    rec.unmatched(event("m"), "e1", "no Alert")
+    rec.record(Outcome.DELIVERED, event("m"), "e2")
+    rows = list(history._ring)
+    assert [row[1] for row in rows] == [None, None]
+    delivered, unmatched = await history.query(Query())
+    for r, row in ((unmatched, rows[0]), (delivered, rows[1])):
+        assert r.time == int(row[0]) / 1e9 and before - 1 <= r.time <= time.time() + 1
+        assert int(r.id[:20]) == row[0]
+    assert unmatched in await history.query(Query(since=unmatched.time, until=unmatched.time))
+    assert await history.query(Query(since=delivered.time + 0.001)) == []
+    assert await history.query(Query(until=unmatched.time - 0.001)) == []
