@@ -150,14 +150,13 @@ class Notification:
             raise ControllerError(f"unreadable stored notification: {type(exc).__name__}: {exc}") from None
 
 
-_ID_PREFIX = os.urandom(8).hex()  # this process: 64 random bits
-_ID_COUNTER = itertools.count(1)
+_ID_COUNTER = itertools.count((int.from_bytes(os.urandom(8), "big") << 64) + 1)  # 64 random bits, a count
 
 
 def new_id() -> str:
-    """Unique across processes and restarts: this process's random prefix + a counter, 32 hex characters
-    (``bytes.hex``, not ``:016x``: 129 vs 245 ns, 6.3k fewer instructions an event with the history on)."""
-    return _ID_PREFIX + next(_ID_COUNTER).to_bytes(8, "big").hex()
+    """Unique across processes and restarts: this process's random prefix then a counter, 32 hex characters:
+    one 128-bit count formatted by ``bytes.hex`` (215 ns; the prefix joined to 8 bytes' hex 260, ``:016x`` more)."""
+    return next(_ID_COUNTER).to_bytes(16, "big").hex()
 
 
 @dataclass(slots=True)

@@ -116,7 +116,9 @@ class Recorder:
         return masked
 
     def _event_fields(self, event: Event) -> tuple[str, str, str, str]:
-        """(object, severity, reason, message) of ``event``, masked, kept as the last event's."""
+        """(object, severity, reason, message) of ``event``, masked (``record`` keeps them as the last
+        event's; ``unmatched`` does not: no other record of its event follows, and holding the event until
+        the next one kept its memory from being reused by the next one's parsing)."""
         obj = event.involved_object
         kind, name = obj.kind, obj.name
         key = f"{kind}/{obj.namespace}/{name}" if kind or name else ""
@@ -128,7 +130,6 @@ class Recorder:
                 reason if len(reason) <= MAX_TEXT else cut(reason),
                 message if len(message) <= MAX_TEXT else cut(message),
             )
-            self._last = (event, fields)
             return fields
         memo = self._memo
         if self._memo_version != self.redactor.version:  # a Secret changed: what was masked may differ
@@ -144,7 +145,6 @@ class Recorder:
             get(reason) or mask(reason),
             get(message) or mask(message),
         )
-        self._last = (event, fields)
         return fields
 
     def record(
@@ -175,7 +175,9 @@ class Recorder:
             elif event is None:
                 obj = severity = reason = message = ""
             else:
-                obj, severity, reason, message = self._event_fields(event)
+                fields = self._event_fields(event)
+                self._last = (event, fields)
+                obj, severity, reason, message = fields
             if self.redactor.empty:  # nothing to mask: only the cut (``mask`` would say the same, in a call)
                 if len(detail) > MAX_TEXT:
                     detail = cut(detail)
@@ -205,10 +207,7 @@ class Recorder:
         event cost beyond the call itself (callgrind: ``initialize_locals`` and the defaults' lookups); this
         is what ``bench/``'s ingest rows record for every event. Never raises, like ``record``."""
         try:
-            if event is self._last[0]:
-                obj, severity, reason, message = self._last[1]
-            else:
-                obj, severity, reason, message = self._event_fields(event)
+            obj, severity, reason, message = self._event_fields(event)
             if len(detail) > MAX_TEXT or not self.redactor.empty:
                 detail = self.mask(detail)
             self._put(
