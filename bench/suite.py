@@ -72,7 +72,7 @@ class Timing:
     connections: int = 16  # wrk 1 thread x 16 connections, as issue 29's outside measurement
     rate_seconds: float = 10.0
     receiver_wait: float = 30.0
-    ab_processes: int = 3  # ``across_processes``: processes per variant,
+    ab_processes: int = 4  # ``across_processes``: processes per variant,
     ab_slices: int = 2  # slices per process,
     ab_slice: int = 2  # wrk seconds per slice
 

@@ -273,13 +273,7 @@ def _attempted(
     started: float,
     attempt: AttemptLog,
 ) -> Result:
-    """A ``Result`` with what the history shows of the attempt."""
-    return Result(
-        outcome,
-        error,
-        retry_after,
-        reason=reason,
-        status_code=status,
-        latency_ms=round((time.perf_counter() - started) * 1000, 3),
-        request=attempt.summary(),
-    )
+    """A ``Result`` with what the history shows of the attempt (the latency in whole microseconds:
+    ``round(x, 3)`` formats and parses the float, ~1,000 instructions a delivery)."""
+    latency_ms = round((time.perf_counter() - started) * 1_000_000) / 1000
+    return Result(outcome, error, retry_after, reason, status, latency_ms, attempt.summary())

@@ -27,21 +27,17 @@ def record_notification(
     """One decision about a queued notification (``result``: the attempt's answer, when it was sent)."""
     if attempt is None:
         attempt = max(n.attempt, 1) if result is not None or outcome is Outcome.DELIVERED else n.attempt
-    history.record(
-        outcome,
-        n.event,
-        n.event_id or n.id,
-        notification_id=n.id,
-        alert=n.alert.key,
-        provider=n.provider.key,
-        provider_type=n.provider_type,
-        stage=stage or (result.reason if result is not None else ""),
-        detail=detail or (result.error if result is not None else ""),
-        attempt=attempt,
-        latency_ms=result.latency_ms if result is not None else None,
-        status_code=result.status_code if result is not None else None,
-        request=result.request if result is not None else "",
-    )
+    if result is None:
+        history.put(
+            outcome, n.event, n.event_id or n.id, n.id, n.alert.key, n.provider.key, n.provider_type, stage,
+            detail, attempt, None, None, "",
+        )  # fmt: skip
+        return
+    history.put(
+        outcome, n.event, n.event_id or n.id, n.id, n.alert.key, n.provider.key, n.provider_type,
+        stage or result.reason, detail or result.error, attempt, result.latency_ms, result.status_code,
+        result.request,
+    )  # fmt: skip
 
 
 def record_draft(history: Recorder, outcome: Outcome, draft: Draft, stage: str, detail: str) -> None:

@@ -114,7 +114,7 @@ class Reporter:
 
     def delivered(self, notification: Notification, result: Result | None = None) -> None:
         if self.history is not None:
-            self.record(Outcome.DELIVERED, notification, result=result)
+            record_notification(self.history, Outcome.DELIVERED, notification, result=result)
         self.health.success(notification.provider.key)
         self.series.inc(
             self.metrics.delivered,

@@ -164,7 +164,32 @@ class Recorder:
         status_code: int | None = None,
         request: str = "",
     ) -> None:
-        """One decision. Never raises: the pipeline must go on whatever the history does.
+        """One decision. Never raises: the pipeline must go on whatever the history does."""
+        self.put(
+            outcome, event, event_id, notification_id, alert, provider, provider_type, stage, detail, attempt,
+            latency_ms, status_code, request,
+        )  # fmt: skip
+
+    def put(
+        self,
+        outcome: Outcome,
+        event: Event | None,
+        event_id: str,
+        notification_id: str,
+        alert: str,
+        provider: str,
+        provider_type: str,
+        stage: str,
+        detail: str,
+        attempt: int,
+        latency_ms: float | None,
+        status_code: int | None,
+        request: str,
+        /,
+    ) -> None:
+        """``record`` with every field in place, for the pipeline's frequent records (``dispatch/recording``:
+        a delivered notification's; binding ``record``'s ten keywords took ~1,900 instructions a
+        notification across the calls of the delivery path). Never raises.
 
         The record goes to the history as a ``Record.row`` tuple made here, with no ``Record`` in between
         (see the module docstring for what that saved)."""

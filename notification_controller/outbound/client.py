@@ -111,7 +111,11 @@ class AttemptLog:
             if len(_REDACTED) >= 256:  # a Provider's address repeats: parsed once (bounded by a clear)
                 _REDACTED.clear()
             shown = _REDACTED[self.url] = redact_url(self.url)
-        return f"{self.method} {shown} ({self.size:,} B){more}"
+        size = (
+            self.size
+        )  # grouped with commas only where it has any (the format spec's path: ~1,000 instructions)
+        grouped = str(size) if size < 1000 else f"{size:,}"
+        return f"{self.method} {shown} ({grouped} B){more}"
 
 
 _REDACTED: dict[str, str] = {}

@@ -192,3 +192,22 @@ async def test_a_recorders_row_leaves_its_time_to_its_id() -> None:
     assert unmatched in await history.query(Query(since=unmatched.time, until=unmatched.time))
     assert await history.query(Query(since=delivered.time + 0.001)) == []
     assert await history.query(Query(until=unmatched.time - 0.001)) == []
+
+
+async def test_put_records_what_record_would() -> None:
+    """``Recorder.put`` (every field in place, the delivery path's) and ``record`` (keywords) make the same
+    record, masked and cut alike."""
+    history = MemoryHistory()
+    rec = recorder(history)
+    fields = dict(
+        notification_id="n1", alert="ns/a", provider="ns/p", provider_type="generic", stage="sent",
+        detail=f"why {SECRET} " + "d" * 3000, attempt=2, latency_ms=1.5, status_code=200,
+        request=f"POST https://h/{SECRET}",
+    )  # fmt: skip
+    rec.record(Outcome.DELIVERED, event(f"m {SECRET}"), "e1", **fields)  # type: ignore[arg-type]
+    rec.put(Outcome.DELIVERED, event(f"m {SECRET}"), "e1", *fields.values())  # type: ignore[arg-type]
+    second, first = await history.query(Query())
+    assert second.id > first.id
+    assert {**second.to_json(), "id": "", "time": ""} == {**first.to_json(), "id": "", "time": ""}
+    assert first.latency_ms == 1.5 and first.status_code == 200 and first.attempt == 2
+    assert SECRET not in first.detail + first.request + first.message and len(first.detail) == 1024
