@@ -81,7 +81,7 @@ class NoiseState:
         self.metrics.keys.labels(kind="groups").set_function(lambda: self._count(self.groups))
 
     def now(self) -> float:
-        return self.clock.now().timestamp()
+        return self.clock.time()
 
     async def update(
         self,

@@ -95,7 +95,7 @@ class Failures:
         self.rules[key] = (alert, rules)
 
     def now(self) -> float:
-        return self.clock.now().timestamp()
+        return self.clock.time()
 
     # ---- observing every event ----------------------------------------------------------------------------
     def observe(self, event: Event) -> Coroutine[Any, Any, None] | None:

@@ -87,7 +87,7 @@ class QuietState:
         return True
 
     def now(self) -> float:
-        return self.clock.now().timestamp()
+        return self.clock.time()
 
     def store_failed(self, stage: str, exc: StoreError) -> None:
         """The store cannot be reached: the notification goes out (as noise control's stages decide)."""

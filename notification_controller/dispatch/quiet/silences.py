@@ -6,7 +6,8 @@ Which Silences apply: those of the Alert's namespace, and with ``--cluster-silen
 ``NS`` with ``spec.allNamespaces: true``. A Silence that is invalid (its status says why: the reconciler
 reports it) or not active at this instant holds nothing.
 
-Cost. A namespace without a Silence costs one dict lookup per notification. Otherwise each Silence is
+Cost. A namespace without a Silence costs a dict lookup or two per notification (``SilenceIndex.applying``:
+its compiled Silences, kept per namespace until one of them changes). Otherwise each Silence is
 compiled once per version (its matchers into one predicate, its window into two numbers; ``Compiled``), kept
 until the Silence changes; the namespace's list is kept sorted by end, latest first, so the first match is the
 Silence that holds longest (the summary then comes when nothing holds any more) and the search stops there.
@@ -62,14 +63,14 @@ class Compiled:
     silence: Silence
     starts: float
     ends: float
+    namespace: (
+        str  # the Silence's, read once here: its metadata is a model whose attributes cost a lookup each
+    )
+    name: str
 
     @property
-    def namespace(self) -> str:
-        return self.silence.metadata.namespace
-
-    @property
-    def name(self) -> str:
-        return self.silence.metadata.name
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
 
     @property
     def uid(self) -> str:
@@ -101,7 +102,8 @@ def compile_silence(silence: Silence) -> Compiled | None:
     if window is None:
         return None
     starts, ends = window
-    return Compiled(silence, starts.timestamp(), ends.timestamp())
+    meta = silence.metadata
+    return Compiled(silence, starts.timestamp(), ends.timestamp(), meta.namespace, meta.name)
 
 
 def predicate_of(silence: Silence) -> Predicate:
@@ -124,7 +126,7 @@ class SilenceIndex:
 
     def predicate(self, c: Compiled) -> Predicate:
         """``c``'s matchers, compiled on first use and kept for the ``MAX_COMPILED`` last used Silences."""
-        key = (c.namespace, c.name)
+        key = c.key
         cached = self._predicates.get(key)
         if cached is not None and cached[0] is c.silence:
             self._predicates.move_to_end(key)
@@ -175,10 +177,16 @@ class SilenceIndex:
         cluster = self.core.cluster_namespace
         return own, (self.cluster_wide() if cluster and cluster != namespace else ())
 
-    def match(self, draft: Draft, now: float) -> tuple[Compiled | None, bool]:
-        """The active Silence ending last whose matchers all match, and whether the bound cut the search."""
+    def match(
+        self,
+        draft: Draft,
+        now: float,
+        applying: tuple[tuple[Compiled, ...], tuple[Compiled, ...]] | None = None,
+    ) -> tuple[Compiled | None, bool]:
+        """The active Silence ending last whose matchers all match, and whether the bound cut the search
+        (``applying``: the Silences of the draft's Alert, when the caller has them already)."""
         alert = draft.alert
-        own, cluster = self.applying(alert.metadata.namespace)
+        own, cluster = applying or self.applying(alert.metadata.namespace)
         if not own and not cluster:
             return None, False
         fields = EventFields(draft.event, alert=alert.metadata.name, provider=alert.spec.provider_ref.name)
@@ -209,10 +217,10 @@ class Silences:
         self.index = SilenceIndex(core)
 
     def __call__(self, draft: Draft) -> Draft | Drop | Awaitable[Draft | Drop]:
-        namespace = draft.alert.metadata.namespace
-        if not self.core.objects.silences_in(namespace) and not self.core.cluster_namespace:
-            return draft  # the common case: one dict lookup
-        silence, cut = self.index.match(draft, self.core.now())
+        applying = self.index.applying(draft.alert.metadata.namespace)  # kept per namespace: dict lookups
+        if not applying[0] and not applying[1]:
+            return draft  # the common case
+        silence, cut = self.index.match(draft, self.core.now(), applying)
         if cut:
             self._limited(draft.alert)
         if silence is None:

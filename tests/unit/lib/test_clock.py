@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
 
-from notification_controller.lib.clock import go_time_string
+from notification_controller.lib.clock import ManualClock, SystemClock, go_time_string
 
 
 def test_go_time_string_shape() -> None:
@@ -44,3 +44,24 @@ def test_go_time_string_is_the_plain_formula_across_boundaries() -> None:
     for index, moment in enumerate(moments):
         for monotonic in (0.0, 1.5, 42.000000001, 123456.987654321):
             assert go_time_string(moment, monotonic) == _plain(moment, monotonic), (index, moment)
+
+
+def test_a_clocks_time_is_its_now_in_epoch_seconds() -> None:
+    """``Clock.time`` (what the per-notification stages read) is ``now()`` without the datetime: the system
+    clock's agrees with its ``now`` to well under a second, a manual clock's moves only with ``advance``."""
+    system = SystemClock()
+    before = system.now().timestamp()
+    read = system.time()
+    assert before - 0.001 <= read <= system.now().timestamp() + 0.001
+    manual = ManualClock(datetime(2026, 3, 1, 12, 0, 0, 250_000, tzinfo=UTC))
+    assert (
+        manual.time()
+        == manual.now().timestamp()
+        == datetime(2026, 3, 1, 12, 0, 0, 250_000, tzinfo=UTC).timestamp()
+    )
+    manual.advance(90.5)
+    assert (
+        manual.time()
+        == manual.now().timestamp()
+        == datetime(2026, 3, 1, 12, 1, 30, 750_000, tzinfo=UTC).timestamp()
+    )
