@@ -30,6 +30,7 @@ from typing import Any
 
 import re2
 
+from ..api.alert import Alert
 from ..api.event import Event
 from ..api.silence import Matcher, MatchType
 
@@ -77,12 +78,15 @@ def _searcher(program: Any) -> Callable[[str], bool]:
 class EventFields(Mapping[str, str]):
     """The fields of one notification, read lazily from the event (most matchers read one or two)."""
 
-    __slots__ = ("_alert", "_event", "_provider")
+    __slots__ = ("_alert", "_event", "_of", "_provider")
 
-    def __init__(self, event: Event, alert: str = "", provider: str = "") -> None:
+    def __init__(self, event: Event, alert: str = "", provider: str = "", of: Alert | None = None) -> None:
+        """``of``: the Alert, whose names are then read only if a matcher asks for them (a model's attributes
+        cost a lookup each: four of them were ~1,000 instructions a notification)."""
         self._event = event
         self._alert = alert
         self._provider = provider
+        self._of = of
 
     def __getitem__(self, key: str) -> str:
         event = self._event
@@ -98,9 +102,9 @@ class EventFields(Mapping[str, str]):
         elif key == "severity":
             value = event.severity
         elif key == "alert":
-            value = self._alert
+            value = self._alert if self._of is None else self._of.metadata.name
         elif key == "provider":
-            value = self._provider
+            value = self._provider if self._of is None else self._of.spec.provider_ref.name
         elif key.startswith("metadata."):
             value = (event.metadata or {}).get(key[len("metadata.") :], "")
         else:

@@ -9,7 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from notification_controller.api.alert import Alert
 from notification_controller.api.event import Event
+from notification_controller.api.objects import parse_object
 from notification_controller.api.silence import MAX_MATCHER_VALUE, MAX_MATCHERS, Matcher
 from notification_controller.core import quiet
 from notification_controller.core.quiet import MAX_FIELD, EventFields, compiled
@@ -114,3 +116,26 @@ def test_the_memo_is_cleared_when_full(monkeypatch: pytest.MonkeyPatch) -> None:
         )
         assert predicate(fields)
         assert len(quiet._SEEN) <= 8
+
+
+def test_fields_of_an_alert_read_its_names_when_asked() -> None:
+    """``EventFields(..., of=alert)`` (what the silence stage passes) reads the Alert's and its Provider's
+    names from the Alert, as the given strings would say them."""
+    on_call = parse_object(
+        {
+            "apiVersion": "notification.toolkit.fluxcd.io/v1beta3",
+            "kind": "Alert",
+            "metadata": {"name": "on-call", "namespace": "apps"},
+            "spec": {
+                "providerRef": {"name": "slack"},
+                "eventSources": [{"kind": "Kustomization", "name": "*"}],
+            },
+        }
+    )
+    assert isinstance(on_call, Alert)
+    fields = EventFields(event(), of=on_call)
+    assert fields["alert"] == "on-call" and fields["provider"] == "slack" and fields["name"] == "apps-web"
+    for texts in (("alert=on-call", "provider=slack"), ("alert=~on-.*",), ("provider!=teams",)):
+        given_names = EventFields(event(), alert="on-call", provider="slack")
+        rule = compiled([Matcher.parse(t) for t in texts])
+        assert rule(fields) is rule(given_names) is True
