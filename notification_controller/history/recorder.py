@@ -22,14 +22,17 @@ record; the server's 253.6k → 246.9k an event, against 227.2k with the history
 
 With no value held, a record's ``detail`` and ``request`` are only cut too (no memo lookup, no ``mask``
 call). The most frequent record, a no-match event's, has a method of its own called with its four
-arguments in place (``unmatched``), and no record carries a float time (``model.Row``): together 1.09 ×
-against 1.12 × before, history on against off (4 processes each, measured in turn, the same run).
+arguments in place (``unmatched``), and no record carries a float time (``model.Row``); a delivered
+notification's record is made by ``put`` with every field in place. Callgrind, in one run (1,600 no-match
+events on 16 connections; 1,500 delivered notifications on one): a no-match event 237.2k → 232.5k
+instructions (218.6k with the history off: 1.085 → 1.063 ×), a delivered notification 713.9k → 702.4k
+(666.4k off: 1.071 → 1.054 ×). An A/B on the wall clock could not tell these apart: two sets of 4 processes
+of the very same build, measured in turn against one set with the history off, read 1.089 and 1.135 ×.
 
-What recording still costs on the wall clock is more than its instructions say. With the event id made by
-``bytes.hex`` (``dispatch/model.new_id``), the server executes 235.9k instructions per no-match event against
-222.2k with the history off (callgrind, 1,600 events on 16 connections: 1.06 ×), but takes 1.06–1.21 × the
-CPU (three runs of ``make bench``, 3 processes per variant: ``across_processes``); timers inside one process put 2.1–2.5 µs in
-``record`` itself and ~4.5 µs more in ``Dispatcher.admit`` in all. Callgrind's cache simulation counts ~260
+What recording costs on the wall clock is more than its instructions say. Before the changes above, at
+1.06–1.09 × the instructions, a no-match event took 1.06–1.21 × the CPU (three runs of ``make bench``, 3
+processes per variant: ``across_processes``); timers inside one process put 2.1–2.5 µs in ``record`` itself
+and ~4.5 µs more in ``Dispatcher.admit`` in all. Callgrind's cache simulation counts ~260
 more first-level instruction misses and ~12 more last-level write misses per event: code and memory the
 rest of the path does not touch. Batching the records per turn of the event loop did not lower it
 (1.21 × against 1.15–1.19 × without, measured the same way), so it was not kept.
