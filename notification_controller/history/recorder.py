@@ -32,10 +32,12 @@ of the very same build, measured in turn against one set with the history off, r
 What recording costs on the wall clock is more than its instructions say. Before the changes above, at
 1.06–1.09 × the instructions, a no-match event took 1.06–1.21 × the CPU (three runs of ``make bench``, 3
 processes per variant: ``across_processes``); timers inside one process put 2.1–2.5 µs in ``record`` itself
-and ~4.5 µs more in ``Dispatcher.admit`` in all. Callgrind's cache simulation counts ~260
-more first-level instruction misses and ~12 more last-level write misses per event: code and memory the
-rest of the path does not touch. Batching the records per turn of the event loop did not lower it
-(1.21 × against 1.15–1.19 × without, measured the same way), so it was not kept.
+and ~4.5 µs more in ``Dispatcher.admit`` in all. Callgrind's cache simulation counts ~260 more first-level
+instruction misses and ~12 more last-level write misses per event: code and memory the rest of the path does
+not touch. After the changes above: ~5.5 µs more user CPU per event than with the history off (~31 µs), and
+4.3 µs with a ring of 10 records (4 processes each, one run: within its noise), 1.11–1.14 × in three runs of
+``make bench``. Batching the records per turn of the event loop did not lower it (1.21 × against
+1.15–1.19 × without, measured the same way), so it was not kept.
 
 Refusals are what an unauthenticated client controls most cheaply (a flood of bad POSTs would push every
 useful record out of the ring): they are recorded at most ``REFUSED_RATE`` a second with a burst of
