@@ -16,6 +16,8 @@ from notification_controller.api.silence import MAX_MATCHER_VALUE, MAX_MATCHERS,
 from notification_controller.core import quiet
 from notification_controller.core.quiet import MAX_FIELD, EventFields, compiled
 
+GROUP = "notification.toolkit.fluxcd.io"
+
 
 def event(**overrides: Any) -> Event:
     raw: dict[str, Any] = {
@@ -121,16 +123,10 @@ def test_the_memo_is_cleared_when_full(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_fields_of_an_alert_read_its_names_when_asked() -> None:
     """``EventFields(..., of=alert)`` (what the silence stage passes) reads the Alert's and its Provider's
     names from the Alert, as the given strings would say them."""
+    spec = {"providerRef": {"name": "slack"}, "eventSources": [{"kind": "Kustomization", "name": "*"}]}
+    meta = {"name": "on-call", "namespace": "apps"}
     on_call = parse_object(
-        {
-            "apiVersion": "notification.toolkit.fluxcd.io/v1beta3",
-            "kind": "Alert",
-            "metadata": {"name": "on-call", "namespace": "apps"},
-            "spec": {
-                "providerRef": {"name": "slack"},
-                "eventSources": [{"kind": "Kustomization", "name": "*"}],
-            },
-        }
+        {"apiVersion": f"{GROUP}/v1beta3", "kind": "Alert", "metadata": meta, "spec": spec}
     )
     assert isinstance(on_call, Alert)
     fields = EventFields(event(), of=on_call)
