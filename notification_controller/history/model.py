@@ -130,8 +130,7 @@ Row = tuple[
 it is made of (the ``Recorder``'s rows: ``record_id`` formats it when the row is read, not on the
 pipeline's path — formatting was a fifth of a record's cost), and then the time as ``None``: it is that
 ``next_ns`` in seconds (``row_time``). Dividing the nanoseconds on the pipeline's path made a float per
-record (a big integer's true division, ~2,000 instructions an event with the float's allocation, and a
-1-3 % higher CPU per no-match event, measured across processes)."""
+record (a big integer's true division and the float's allocation: ~2,000 instructions an event, callgrind)."""
 
 # indexes of the fields a query filters on, in a Row
 _TIME: Final = 1

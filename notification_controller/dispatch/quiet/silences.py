@@ -63,9 +63,8 @@ class Compiled:
     silence: Silence
     starts: float
     ends: float
-    namespace: (
-        str  # the Silence's, read once here: its metadata is a model whose attributes cost a lookup each
-    )
+    # the Silence's names, read once here: its metadata is a model whose attributes cost a lookup each
+    namespace: str
     name: str
 
     @property
