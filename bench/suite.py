@@ -324,8 +324,10 @@ async def across_processes(
     For a difference of a few per cent (the history recorder, the new stages) one process per variant is
     not enough: processes of the very same controller differ by up to 17 % in CPU per event on this 2-core
     machine (three of them measured in turn in one run: 47.0, 50.3 and 54.8 µs; each process has its own
-    hash seed and memory layout), while four processes each of two identical controllers came within 0.4 %
-    of each other. The reverse order of every other round cancels a drift over time."""
+    hash seed and memory layout). Four processes each of two identical controllers came within 0.4 % of each
+    other once, and two sets of 4 processes of one build read 1.089 and 1.135 × against a third set another
+    time: even so, a few per cent is this machine's noise. The reverse order of every other round cancels a
+    drift over time."""
     timing = ctx.timing
     processes, slices, seconds = timing.ab_processes, timing.ab_slices, timing.ab_slice
     async with contextlib.AsyncExitStack() as stack:

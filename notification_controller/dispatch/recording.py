@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..history.model import Outcome
 from ..history.recorder import Recorder
-from .model import Draft, Notification, Result
+from .model import DELIVERED, Draft, Notification, Result
 
 
 def record_notification(
@@ -28,16 +28,10 @@ def record_notification(
     if attempt is None:
         # ``or 1``, not ``max(n.attempt, 1)``: the builtin parses its arguments as keywords (~300 instructions)
         attempt = (n.attempt or 1) if result is not None or outcome is Outcome.DELIVERED else n.attempt
-    if result is None:
-        history.put(
-            outcome, n.event, n.event_id or n.id, n.id, n.alert.key, n.provider.key, n.provider_type, stage,
-            detail, attempt, None, None, "",
-        )  # fmt: skip
-        return
+    r = result if result is not None else DELIVERED  # only its empty fields are read: nothing was sent
     history.put(
         outcome, n.event, n.event_id or n.id, n.id, n.alert.key, n.provider.key, n.provider_type,
-        stage or result.reason, detail or result.error, attempt, result.latency_ms, result.status_code,
-        result.request,
+        stage or r.reason, detail or r.error, attempt, r.latency_ms, r.status_code, r.request,
     )  # fmt: skip
 
 

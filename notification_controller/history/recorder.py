@@ -21,12 +21,12 @@ recording a unique message cost (callgrind, 10,000 distinct no-match events: 25.
 record; the server's 253.6k → 246.9k an event, against 227.2k with the history off).
 
 With no value held, a record's ``detail`` and ``request`` are only cut too (no memo lookup, no ``mask``
-call). The most frequent record, a no-match event's, has a method of its own called with its four
-arguments in place (``unmatched``), and no record carries a float time (``model.Row``); a delivered
-notification's record is made by ``put`` with every field in place. Callgrind, in one run (1,600 no-match
-events on 16 connections; 1,500 delivered notifications on one): a no-match event 237.2k → 232.5k
-instructions (218.6k with the history off: 1.085 → 1.063 ×), a delivered notification 713.9k → 702.4k
-(666.4k off: 1.071 → 1.054 ×). An A/B on the wall clock could not tell these apart: two sets of 4 processes
+call). The frequent records (a no-match event's: ``unmatched``; a delivered notification's) are made by
+``put`` with every field in place, and no record carries a float time (``model.Row``). Callgrind, in one run (1,600 no-match
+events on 16 connections; 1,500 delivered notifications on one): a no-match event 237.2k → 235.5k
+instructions (218.6k with the history off: 1.085 → 1.077 ×; 232.5k while ``unmatched`` had its own copy of
+``put``'s body, within callgrind's ~1 % between runs), a delivered notification 713.9k → 702.4k–704.8k
+(666.4k off: 1.071 → 1.054–1.058 ×). An A/B on the wall clock could not tell these apart: two sets of 4 processes
 of the very same build, measured in turn against one set with the history off, read 1.089 and 1.135 ×.
 
 What recording costs on the wall clock is more than its instructions say. Before the changes above, at
@@ -56,7 +56,6 @@ from ..lib.tokenbucket import Bucket
 from ..metrics import HistoryMetrics
 from .model import CUT, MAX_TEXT, OUTCOME_VALUES, History, Outcome, cut, next_ns
 
-_UNMATCHED = OUTCOME_VALUES[Outcome.UNMATCHED]
 REFUSED_RATE = 10.0
 REFUSED_BURST = 100
 MEMO_SIZE = 4096
@@ -121,9 +120,7 @@ class Recorder:
         return masked
 
     def _event_fields(self, event: Event) -> tuple[str, str, str, str]:
-        """(object, severity, reason, message) of ``event``, masked (``record`` keeps them as the last
-        event's; ``unmatched`` does not: no other record of its event follows, and holding the event until
-        the next one kept its memory from being reused by the next one's parsing)."""
+        """(object, severity, reason, message) of ``event``, masked (``put`` keeps them as the last event's)."""
         obj = event.involved_object
         kind, name = obj.kind, obj.name
         key = f"{kind}/{obj.namespace}/{name}" if kind or name else ""
@@ -192,9 +189,9 @@ class Recorder:
         request: str,
         /,
     ) -> None:
-        """``record`` with every field in place, for the pipeline's frequent records (``dispatch/recording``:
-        a delivered notification's; binding ``record``'s ten keywords took ~1,900 instructions a
-        notification across the calls of the delivery path). Never raises.
+        """``record`` with every field in place, for the pipeline's frequent records (a no-match event's,
+        a delivered notification's: ``dispatch/recording``). Keyword binding (``initialize_locals``) on the
+        delivery path with the history on took 1,876 instructions a notification, 455 since. Never raises.
 
         The record goes to the history as a ``Record.row`` tuple made here, with no ``Record`` in between
         (see the module docstring for what that saved)."""
@@ -230,25 +227,9 @@ class Recorder:
                 self.metrics.dropped.inc()
 
     def unmatched(self, event: Event, event_id: str, detail: str) -> None:
-        """No Alert matched ``event`` (``detail``: why): ``record(Outcome.UNMATCHED, event, event_id,
-        detail=detail)`` for the most frequent record of all, called with its four arguments in place.
-
-        Binding ``record``'s ten keyword arguments and their defaults was a third of what recording a no-match
-        event cost beyond the call itself (callgrind: ``initialize_locals`` and the defaults' lookups); this
-        is what ``bench/``'s ingest rows record for every event. Never raises, like ``record``."""
-        try:
-            obj, severity, reason, message = self._event_fields(event)
-            if len(detail) > MAX_TEXT or not self.redactor.empty:
-                detail = self.mask(detail)
-            self._put(
-                (
-                    next_ns(), None, event_id, "", obj, severity, reason, message, "", "", "", _UNMATCHED, "",
-                    detail, 0, None, None, "",
-                )
-            )  # fmt: skip
-        except Exception:  # a bug here must not fail a POST: counted instead
-            if self.metrics is not None:
-                self.metrics.dropped.inc()
+        """No Alert matched ``event`` (``detail``: why): the most frequent record of all, ``put`` with the
+        fields of an event-level record. Never raises, like ``record``."""
+        self.put(Outcome.UNMATCHED, event, event_id, "", "", "", "", "", detail, 0, None, None, "")
 
     def refused(self, event: Event | None, event_id: str, status: int, reason: str, detail: str = "") -> None:
         """The event server refused a POST with ``status`` (``reason``: the label of
